@@ -1,0 +1,72 @@
+"""What a running cluster offers, read from the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hpsearch.exceptions import ClusterError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+RESOURCE_KEYS = ("GPU", "SLOT")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The sets a cluster's workers advertise.
+
+    Attributes:
+        key: the resource trials ask for (``GPU`` where any worker has GPUs, else ``SLOT``),
+            or ``None`` when no worker advertises either (plain ``dask worker``).
+        per_worker: the amount of ``key`` each worker has, by worker address.
+        n_threads: Dask threads of each worker (used when there is no resource).
+    """
+
+    key: str | None
+    per_worker: dict[str, float] = field(default_factory=dict)
+    n_threads: dict[str, int] = field(default_factory=dict)
+
+    def concurrent_trials(self, size: int) -> int:
+        """How many trials of ``size`` devices can run at once."""
+        if self.key is None:
+            return sum(self.n_threads.values())
+        return sum(int(amount // size) for amount in self.per_worker.values())
+
+    def check(self, size: int) -> None:
+        """Fail, in one line, when no worker can take a trial of ``size`` devices."""
+        if not self.per_worker and not self.n_threads:
+            raise ClusterError("the Dask cluster has no workers", needed=size, found=0)
+        if self.key is not None and self.concurrent_trials(size) == 0:
+            largest = max(self.per_worker.values(), default=0)
+            raise ClusterError(
+                f"no worker can run a trial of gpus_per_trial={size}: the largest worker has "
+                f"{self.key}={largest:g} (start workers with --gpus-per-trial {size}, or lower "
+                "objective.gpus_per_trial)",
+                needed=size, found=int(largest),
+            )
+
+
+def capacity(client: Client) -> Capacity:
+    """Read the workers' resources from the scheduler."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    key = None
+    for candidate in RESOURCE_KEYS:
+        if any(w.get("resources", {}).get(candidate) for w in workers.values()):
+            key = candidate
+            break
+    per_worker = {
+        addr: float(w.get("resources", {}).get(key, 0)) for addr, w in workers.items()
+    } if key else {}
+    return Capacity(key, per_worker, {addr: int(w.get("nthreads", 1)) for addr, w in workers.items()})
+
+
+def connect(address: str, *, timeout: float = 30.0) -> Client:
+    """Join an existing Dask scheduler, or fail in one line."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: {exc}") from None

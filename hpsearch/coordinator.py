@@ -1,0 +1,261 @@
+"""The coordinator: the ask / submit / tell loop.
+
+It owns the sampler (one process suggests, so concurrent trials never get duplicate
+suggestions; TPE's constant liar spreads them out), keeps as many trials in flight as the
+cluster has free sets, and tells Optuna how each one ended. Liveness comes from Dask: a
+worker that dies makes its future fail (``KilledWorker`` after Dask's own retries), and the
+coordinator turns that into a true Optuna state; nothing waits on a timeout.
+
+The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in the study
+as a whole, so running the same study again resumes it: trials an earlier coordinator left
+RUNNING are run again (from their checkpoints), and only the missing trials are asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from hpsearch.runner import TrialOutcome, TrialTask, run_trial
+from hpsearch.space import to_distributions
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from hpsearch.cluster import Capacity
+    from hpsearch.spec import StudySpec
+    from hpsearch.storage import ProxyAddress
+    from hpsearch.tracking import TrackingTarget
+
+log = logging.getLogger(__name__)
+
+ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass
+class Progress:
+    """The study as the coordinator sees it, for progress displays."""
+
+    n_trials: int
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    best_value: float | None = None
+    best_number: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    last: TrialOutcome | None = None
+
+    @property
+    def ended(self) -> int:
+        return self.complete + self.pruned + self.failed
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass
+class _InFlight:
+    number: int
+    trial_id: int
+    submitted: float
+
+
+class Coordinator:
+    """Runs a study's remaining trials on a Dask cluster."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        study: optuna.Study,
+        *,
+        client: Client,
+        capacity: Capacity,
+        proxy: ProxyAddress,
+        tracking: TrackingTarget,
+        study_dir: str,
+        search_paths: list[str],
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.study = study
+        self.client = client
+        self.capacity = capacity
+        self.proxy = proxy
+        self.tracking = tracking
+        self.study_dir = study_dir
+        self.search_paths = search_paths
+        self.on_progress = on_progress
+        self.size = int(spec.objective.gpus_per_trial or 1)
+        self.max_concurrent = self._max_concurrent()
+        self.distributions = to_distributions(spec.space) if spec.space else None
+        self.in_flight: dict[Future, _InFlight] = {}
+        self.progress = Progress(spec.search.n_trials)
+        self._storage = study._storage
+        self._study_id = study._study_id
+
+    def _max_concurrent(self) -> int:
+        fits = self.capacity.concurrent_trials(self.size)
+        wanted = self.spec.search.max_concurrent
+        if wanted in (None, "auto"):
+            return max(1, fits)
+        return max(1, min(int(wanted), fits) if fits else int(wanted))
+
+    # ---------------------------------------------------------------- state
+
+    def _count(self) -> list[optuna.trial.FrozenTrial]:
+        trials = self.study.get_trials(deepcopy=False)
+        p = self.progress
+        p.complete = sum(t.state == TrialState.COMPLETE for t in trials)
+        p.pruned = sum(t.state == TrialState.PRUNED for t in trials)
+        p.failed = sum(t.state == TrialState.FAIL for t in trials)
+        p.running = len(self.in_flight)
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+        if done:
+            best = (max if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else min)(
+                done, key=lambda t: t.value
+            )
+            p.best_value, p.best_number = best.value, best.number
+        return trials
+
+    def _emit(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.progress)
+
+    # ---------------------------------------------------------------- submit / tell
+
+    def _submit(self, trial_id: int, number: int, *, resume: bool) -> None:
+        task = TrialTask(
+            study_name=self.study.study_name, trial_id=trial_id, trial_number=number,
+            spec=self.spec, proxy=self.proxy, tracking=self.tracking, study_dir=self.study_dir,
+            search_paths=self.search_paths, resume=resume,
+        )
+        resources = {self.capacity.key: self.size} if self.capacity.key else None
+        future = self.client.submit(
+            run_trial, task, key=f"hpsearch-{self.study.study_name}-trial-{number}-{uuid.uuid4().hex[:8]}",
+            resources=resources, pure=False,
+        )
+        self.in_flight[future] = _InFlight(number, trial_id, time.monotonic())
+
+    def _ask(self) -> None:
+        trial = self.study.ask(self.distributions)
+        self._submit(trial._trial_id, trial.number, resume=False)
+
+    def _set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        for key, value in attrs.items():
+            if value is not None:
+                self._storage.set_trial_user_attr(trial_id, key, value)
+
+    def _tell(self, info: _InFlight, outcome: TrialOutcome) -> None:
+        self._set_attrs(info.trial_id, {
+            "hpsearch.worker": outcome.worker or None,
+            "hpsearch.pid": outcome.pid or None,
+            "hpsearch.duration_s": round(outcome.duration_s, 4),
+            "hpsearch.prune_reason": outcome.reason if outcome.state == "PRUNED" else None,
+            "hpsearch.fail_reason": outcome.reason if outcome.state == "FAIL" else None,
+        })
+        if outcome.state == "COMPLETE":
+            self.study.tell(info.number, outcome.value, skip_if_finished=True)
+        else:
+            state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
+            self.study.tell(info.number, state=state, skip_if_finished=True)
+
+    def _collect(self, future: Future) -> None:
+        info = self.in_flight.pop(future)
+        if future.status == "finished":
+            outcome = future.result()
+        else:
+            exc = future.exception() if future.status == "error" else None
+            outcome = TrialOutcome(
+                info.number, "FAIL",
+                reason=_lost_reason(exc) if exc is not None else f"task {future.status}",
+                error_type=type(exc).__name__ if exc is not None else None,
+            )
+        self._tell(info, outcome)
+        self.progress.last = outcome
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> Progress:
+        """Run until the budget is spent (or the timeout passes); return the final progress."""
+        from distributed import wait
+
+        spec = self.spec.search
+        deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
+        trials = self._count()
+        # Trials an earlier coordinator left running: run them again, first.
+        stale = [t for t in trials if t.state == TrialState.RUNNING]
+        ended = self.progress.ended
+        to_ask = max(0, spec.n_trials - ended - len(stale))
+        self._emit()
+        try:
+            while True:
+                timed_out = deadline is not None and time.monotonic() >= deadline
+                while len(self.in_flight) < self.max_concurrent and (stale or (to_ask and not timed_out)):
+                    if stale:
+                        t = stale.pop(0)
+                        self._submit(t._trial_id, t.number, resume=True)
+                    else:
+                        self._ask()
+                        to_ask -= 1
+                if not self.in_flight:
+                    break
+                self.progress.running = len(self.in_flight)
+                self._emit()
+                timeout = 0.5 if deadline is None else max(0.05, min(0.5, deadline - time.monotonic()))
+                try:
+                    done, _ = wait(list(self.in_flight), timeout=timeout, return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    done = set()
+                for future in done:
+                    self._collect(future)
+                if done:
+                    self._count()
+                    self._emit()
+        except BaseException:
+            self.interrupt()
+            raise
+        self._count()
+        self.progress.running = 0
+        self._emit()
+        return self.progress
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Stop every trial in flight and record it as failed with ``reason``."""
+        if not self.in_flight:
+            return
+        futures = list(self.in_flight)
+        try:
+            self.client.cancel(futures, force=True)
+        except Exception as exc:  # the cluster may already be gone
+            log.debug("cancel failed: %s", exc)
+        for future in futures:
+            info = self.in_flight.pop(future)
+            self._tell(info, TrialOutcome(info.number, "FAIL", reason=reason))
+        self._count()
+        self.progress.running = 0
+
+
+def _lost_reason(exc: BaseException) -> str:
+    from distributed import KilledWorker
+
+    if isinstance(exc, KilledWorker):
+        return f"worker lost: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The best complete trial, or ``None`` when no trial completed."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)]
+    if not done:
+        return None
+    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
+    return pick(done, key=lambda t: t.value)

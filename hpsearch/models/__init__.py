@@ -1,0 +1,30 @@
+"""Built-in model families: each builds a ``torch.nn.Module`` from hyperparameters.
+
+Importing this package is cheap; a family's module (and torch) is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpsearch.models._base import ModelFamily
+
+_FAMILIES = {"cnn": "hpsearch.models._cnn:CNNFamily"}
+
+__all__ = ["available", "get_family"]
+
+
+def available() -> tuple[str, ...]:
+    """The names of the built-in families."""
+    return tuple(_FAMILIES)
+
+
+def get_family(name: str) -> ModelFamily:
+    """The family registered under ``name``."""
+    try:
+        module, cls = _FAMILIES[name].split(":")
+    except KeyError:
+        raise KeyError(f"unknown model family {name!r} (built-in: {', '.join(_FAMILIES)})") from None
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,33 @@
+"""The common base of the model families."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+    from hpsearch.data import DataSplit
+
+
+class ModelFamily(ABC):
+    """A family of models built from hyperparameters.
+
+    Subclasses set ``name``, ``default_metric`` and ``default_dataset`` and implement
+    :meth:`build`. Hyperparameters a family does not know are left alone (they may be the
+    trainer's: ``lr``, ``optimizer``, ``batch_size``, ...).
+    """
+
+    name: str
+    default_metric: str = "val_accuracy"
+    default_dataset: str = "digits"
+    #: Defaults of the hyperparameters this family reads (documented per family).
+    defaults: Mapping[str, Any] = {}
+
+    @abstractmethod
+    def build(self, params: Mapping[str, Any], data: DataSplit) -> torch.nn.Module:
+        """Build a fresh model for ``data`` from ``params`` (missing ones take :attr:`defaults`)."""
+
+    def param(self, params: Mapping[str, Any], key: str) -> Any:
+        return params.get(key, self.defaults[key])

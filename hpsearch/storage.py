@@ -1,0 +1,130 @@
+"""Optuna storages: opening the study's storage and serving it to the workers.
+
+The coordinator is the only process that opens the storage itself. Workers reach the study
+through Optuna's gRPC storage proxy, served from a thread of the coordinator, so that inside
+a trial they hold a real :class:`optuna.Trial` (``report`` and ``should_prune`` just work)
+and need neither the storage file nor database credentials.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
+    from optuna.storages import BaseStorage
+
+JOURNAL_PREFIX = "journal://"
+
+
+def redact(url: str) -> str:
+    """Hide the password of a storage URL: ``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db``."""
+    return re.sub(r"(//[^:/@]+:)[^@]+@", r"\1***@", url)
+
+
+def open_storage(url: str) -> BaseStorage:
+    """Open an Optuna storage from a URL.
+
+    ``journal://PATH`` (or a bare path ending in ``.journal``) is Optuna's journal file;
+    anything else is handed to :func:`optuna.storages.get_storage` (RDB URLs such as
+    ``sqlite:///x.db`` or ``postgresql+psycopg://...``).
+    """
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if url.startswith(JOURNAL_PREFIX) or url.endswith(".journal"):
+        path = Path(url.removeprefix(JOURNAL_PREFIX))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    return optuna.storages.get_storage(url)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ProxyAddress:
+    """Where the workers find the study: picklable, shipped with every trial."""
+
+    host: str
+    port: int
+
+
+class StorageProxy:
+    """Serve a storage over Optuna's gRPC proxy from threads of this process.
+
+    Optuna offers only the blocking ``run_grpc_proxy_server``; its lifecycle is not public
+    yet, so the server is built here from the same servicer, to be started and stopped
+    with the study.
+
+    Example:
+        >>> import optuna
+        >>> proxy = StorageProxy(optuna.storages.InMemoryStorage()).start()
+        >>> proxy.address.port > 0
+        True
+        >>> proxy.stop()
+    """
+
+    def __init__(self, storage: BaseStorage, *, host: str = "127.0.0.1", n_threads: int = 16) -> None:
+        self.storage = storage
+        self.host = host
+        self.n_threads = n_threads
+        self._server: grpc.Server | None = None
+        self.address = ProxyAddress(host, 0)
+
+    def start(self) -> StorageProxy:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import grpc
+        from optuna.storages._grpc.auto_generated import api_pb2_grpc
+        from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+        server = grpc.server(ThreadPoolExecutor(max_workers=self.n_threads, thread_name_prefix="hpsearch-grpc"))
+        api_pb2_grpc.add_StorageServiceServicer_to_server(OptunaStorageProxyService(self.storage), server)
+        port = server.add_insecure_port(f"{self.host}:0")
+        server.start()
+        self._server = server
+        self.address = ProxyAddress(self.host, port)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=1.0).wait(5.0)
+            self._server = None
+
+    def __enter__(self) -> StorageProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_clients: dict[tuple[str, int], BaseStorage] = {}
+_clients_lock = threading.Lock()
+
+
+def proxy_client(address: ProxyAddress) -> BaseStorage:
+    """One ``GrpcStorageProxy`` per process and address (it keeps a trial cache)."""
+    key = (address.host, address.port)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            import warnings
+
+            from optuna.exceptions import ExperimentalWarning
+            from optuna.storages import GrpcStorageProxy
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                client = GrpcStorageProxy(host=address.host, port=address.port)
+            client.wait_server_ready(timeout=30)
+            _clients[key] = client
+        return client

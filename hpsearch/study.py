@@ -1,0 +1,218 @@
+"""The Python API: a study from a spec, run on a Dask cluster, read back afterwards.
+
+Example:
+    >>> import hpsearch
+    >>> study = hpsearch.Study.from_yaml("studies/quickstart.yaml", n_trials=4)  # doctest: +SKIP
+    >>> result = study.run()                                                     # doctest: +SKIP
+    >>> result.best.params                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from hpsearch.layout import RunLayout
+from hpsearch.spec import StudySpec
+from hpsearch.storage import redact
+
+if TYPE_CHECKING:
+    import optuna
+    from distributed import Client
+
+    from hpsearch.coordinator import Progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StudyResult:
+    """What a run of a study left behind."""
+
+    study_name: str
+    progress: Progress
+    best: optuna.trial.FrozenTrial | None
+    storage_url: str
+    mlflow_uri: str
+    experiment: str
+    parent_run_id: str
+
+
+class Study:
+    """A hyperparameter study: a spec, where its files live, and how to run it.
+
+    Args:
+        spec: the study spec (a :class:`~hpsearch.spec.StudySpec` or a mapping in file form).
+        run_dir: the run folder (default ``./runs``); the study's files go to ``RUN_DIR/NAME/``.
+        client: an existing Dask ``Client`` to run the trials on (default: the spec's
+            ``cluster.scheduler``, else a local cluster of worker processes started for the run).
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec | Mapping[str, Any],
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self.spec = spec if isinstance(spec, StudySpec) else StudySpec.from_dict(spec)
+        self.layout = RunLayout.of(run_dir, self.spec.name)
+        self.client = client
+
+    @classmethod
+    def from_yaml(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        client: Client | None = None,
+        **overrides: Any,
+    ) -> Study:
+        """Load a study file; keyword overrides (``n_trials=4``, ``storage=...``) win over it."""
+        return cls(StudySpec.from_yaml(path, overrides=overrides), run_dir=run_dir, client=client)
+
+    # ------------------------------------------------------------------ where things are
+
+    @property
+    def storage_url(self) -> str:
+        return self.spec.storage or self.layout.default_storage_url
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.spec.tracking.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or self.layout.default_mlflow_uri
+
+    @property
+    def experiment(self) -> str:
+        return self.spec.tracking.experiment or self.spec.name
+
+    @property
+    def search_paths(self) -> list[str]:
+        paths = [os.getcwd()]
+        if self.spec.source is not None:
+            paths.append(str(Path(self.spec.source).resolve().parent))
+        return paths
+
+    def optuna_study(self) -> optuna.Study:
+        """The Optuna study in its storage (it must exist)."""
+        import optuna
+
+        from hpsearch.storage import open_storage
+
+        return optuna.load_study(study_name=self.spec.name, storage=open_storage(self.storage_url))
+
+    # ------------------------------------------------------------------ running
+
+    @contextlib.contextmanager
+    def _cluster(self) -> Iterator[Client]:
+        from hpsearch.cluster import connect, start_local_cluster
+
+        if self.client is not None:
+            yield self.client
+            return
+        if self.spec.cluster.scheduler:
+            client = connect(self.spec.cluster.scheduler)
+            try:
+                yield client
+            finally:
+                client.close()
+            return
+        from distributed import Client
+
+        n_workers = self.spec.cluster.n_workers
+        cluster = start_local_cluster(
+            n_workers=None if n_workers in (None, "auto") else int(n_workers),
+            gpus_per_trial=int(self.spec.objective.gpus_per_trial or 1),
+        )
+        client = Client(cluster)
+        try:
+            yield client
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=20)
+
+    def run(self, *, on_progress: Callable[[Progress], None] | None = None) -> StudyResult:
+        """Run the study until ``search.n_trials`` trials have ended (resuming it if it exists)."""
+        import optuna
+
+        from hpsearch.cluster import capacity
+        from hpsearch.coordinator import Coordinator, best_trial
+        from hpsearch.pruning import build_pruner
+        from hpsearch.runner import flush_tracking
+        from hpsearch.sampling import build_sampler
+        from hpsearch.storage import StorageProxy, open_storage
+        from hpsearch.tracking import StudyTracker, check_reachable
+
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        spec = self.spec
+        check_reachable(self.mlflow_uri)
+        status = "KILLED"
+        tracker: StudyTracker | None = None
+        proxy: StorageProxy | None = None
+        study: optuna.Study | None = None
+        try:
+            with self._cluster() as client:
+                cap = capacity(client)
+                cap.check(int(spec.objective.gpus_per_trial or 1))
+
+                self.layout.create()
+                self.layout.spec_file.write_text(spec.to_yaml())
+                storage = open_storage(self.storage_url)
+                study = optuna.create_study(
+                    study_name=spec.name, storage=storage, load_if_exists=True,
+                    sampler=build_sampler(spec), pruner=build_pruner(spec),
+                    direction=spec.direction.value,
+                )
+                study.set_user_attr("hpsearch.spec_hash", spec.spec_hash)
+                tracker = StudyTracker(
+                    self.mlflow_uri, self.experiment, spec.name, metric=spec.metric,
+                    artifact_root=(
+                        self.layout.mlflow_artifacts if self.mlflow_uri.startswith("sqlite:") else None
+                    ),
+                )
+                target = tracker.open(
+                    storage_url=redact(self.storage_url),
+                    tags={
+                        "hpsearch.spec_hash": spec.spec_hash,
+                        "hpsearch.sampler": spec.search.sampler.name,
+                        "hpsearch.pruner": spec.search.pruner.name,
+                        "hpsearch.n_trials": spec.search.n_trials,
+                    },
+                    spec_yaml=spec.to_yaml(),
+                )
+                proxy = StorageProxy(storage).start()
+                coordinator = Coordinator(
+                    spec, study, client=client, capacity=cap, proxy=proxy.address,
+                    tracking=target, study_dir=str(self.layout.study_dir),
+                    search_paths=self.search_paths, on_progress=on_progress,
+                )
+                progress = coordinator.run()
+                status = "FINISHED"
+                client.run(flush_tracking)  # every worker's MLflow writes are in
+        finally:
+            # The cluster is closed by now (local) or the trials cancelled (remote): what the
+            # workers could not close, the coordinator closes with the trials' true states.
+            if proxy is not None:
+                proxy.stop()
+            if tracker is not None and study is not None:
+                trials = study.get_trials(deepcopy=False)
+                tracker.reconcile(trials)
+                best = best_trial(study)
+                tracker.finish(
+                    status=status,
+                    tags={
+                        "hpsearch.best_trial": best.number if best else "none",
+                        "hpsearch.n_ended": sum(t.state.is_finished() for t in trials),
+                    },
+                    metrics={f"best_{spec.metric}": best.value} if best else {},
+                )
+        return StudyResult(
+            spec.name, progress, best, redact(self.storage_url), self.mlflow_uri,
+            self.experiment, target.parent_run_id,
+        )

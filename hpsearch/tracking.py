@@ -1,0 +1,461 @@
+"""MLflow tracking: the study's parent run, one child run per trial, per-epoch metrics, decisions.
+
+Who writes what:
+- the coordinator (:class:`StudyTracker`) owns the experiment and the study's parent run,
+  and reconciles child runs with the trials' final states (a trial whose worker died has
+  no process left to close its run);
+- the trial runner on the worker (:class:`TrialRun`) owns its child run while the trial
+  runs: params, per-epoch metrics (``step`` = the step reported to Optuna), the prune
+  decision, the final state.
+
+Worker-side writes never block training: they go through one background thread per
+process that coalesces metrics into ``log_batch`` calls (0.17 ms per metric, against
+7.8 ms for a single ``log_metric`` on SQLite) and keeps what could not be written, retrying
+until the store answers again. :func:`flush` waits for it.
+
+Which URI wins: ``--mlflow-uri`` > ``tracking.mlflow_uri`` > ``MLFLOW_TRACKING_URI`` > the run
+folder's ``sqlite:///RUN_DIR/mlflow.db``. MLflow's own default is never used (it is a
+``mlflow.db`` in whatever folder you happen to be in).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from hpsearch.exceptions import TrackingError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+    from optuna.trial import FrozenTrial
+
+log = logging.getLogger(__name__)
+
+#: MLflow run status for each final Optuna state.
+RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
+_MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
+_PARAM_VALUE_LIMIT = 6000
+
+
+@dataclass(frozen=True)
+class TrackingTarget:
+    """Where a trial logs: shipped with every trial task (plain, picklable values)."""
+
+    uri: str
+    experiment_id: str
+    parent_run_id: str
+    study_name: str
+
+
+def run_name(trial_number: int, state: str | None = None) -> str:
+    """``trial-7`` while it runs, ``trial-7 PRUNED`` once it ended."""
+    return f"trial-{trial_number}" if state is None else f"trial-{trial_number} {state}"
+
+
+_clients: dict[str, MlflowClient] = {}
+_clients_lock = threading.Lock()
+
+
+def get_client(uri: str) -> MlflowClient:
+    """One ``MlflowClient`` per process and URI (the SQLite engine is built once)."""
+    with _clients_lock:
+        client = _clients.get(uri)
+        if client is None:
+            from mlflow import MlflowClient
+
+            client = _clients[uri] = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        return client
+
+
+def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when a tracking server does not answer."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (user-given URI)
+            if resp.status != 200:
+                raise TrackingError(f"MLflow tracking server {uri} answered {resp.status} on /health")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The background writer (one per process)
+# --------------------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Runs tracking operations in order on one thread; keeps and retries those that fail."""
+
+    def __init__(self) -> None:
+        self._ops: collections.deque[Callable[[], None]] = collections.deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def submit(self, op: Callable[[], None]) -> None:
+        with self._cond:
+            self._ops.append(op)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="hpsearch-mlflow", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        delay = 0.5
+        while True:
+            with self._cond:
+                while not self._ops:
+                    self._cond.wait()
+                op = self._ops[0]
+                self._busy = True
+            try:
+                op()
+            except Exception as exc:  # the store is down or failing: keep the op, retry later
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if self.failures == 1 or self.failures % 20 == 0:
+                    log.warning("MLflow write failed (%s); kept, will retry", self.last_error)
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = 0.5
+            with self._cond:
+                self._ops.popleft()
+                self._busy = False
+                self._cond.notify_all()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._ops)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every operation is written (or ``timeout``); return how many are left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._ops:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining if remaining is not None else 1.0)
+            return len(self._ops)
+
+
+_writer = _Writer()
+
+
+def flush(timeout: float | None = 120.0) -> int:
+    """Wait for this process's pending MLflow writes; return how many could not be written."""
+    return _writer.flush(timeout)
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side: one trial's run
+# --------------------------------------------------------------------------------------------
+
+
+def _param_value(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= _PARAM_VALUE_LIMIT else text[: _PARAM_VALUE_LIMIT - 3] + "..."
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+
+
+class TrialRun:
+    """The MLflow child run of one trial, written in the background.
+
+    Calls return at once; the writes happen in order on the process's writer thread, metrics
+    coalesced into batches. A trial that runs again (a retry, a resumed study) finds its run
+    by tag and continues it instead of opening a second one.
+    """
+
+    def __init__(
+        self,
+        target: TrackingTarget,
+        trial_number: int,
+        *,
+        tags: Mapping[str, Any],
+        resume: bool,
+    ) -> None:
+        self.target = target
+        self.trial_number = trial_number
+        self.run_id: str | None = None
+        self._lock = threading.Lock()
+        self._metrics: list[Any] = []
+        self._params: dict[str, str] = {}
+        self._tags: dict[str, str] = {}
+        self._scheduled = False
+        self._logged_params: dict[str, str] = {}
+        start_tags = {
+            "mlflow.parentRunId": target.parent_run_id,
+            "hpsearch.study": target.study_name,
+            "hpsearch.trial_number": str(trial_number),
+            "hpsearch.state": "RUNNING",
+            **{k: str(v) for k, v in tags.items()},
+        }
+        _writer.submit(lambda: self._open(start_tags, resume))
+
+    def _open(self, tags: dict[str, str], resume: bool) -> None:
+        client = get_client(self.target.uri)
+        if self.run_id is None and resume:
+            found = find_trial_runs(client, self.target, trial_numbers=[self.trial_number])
+            if found:
+                self.run_id = found[self.trial_number].info.run_id
+                client.update_run(self.run_id, status="RUNNING", name=run_name(self.trial_number))
+        if self.run_id is None:
+            run = client.create_run(
+                self.target.experiment_id, tags=tags, run_name=run_name(self.trial_number)
+            )
+            self.run_id = run.info.run_id
+        else:
+            self._set_tags_now(client, tags)
+
+    def _set_tags_now(self, client: MlflowClient, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def _schedule(self) -> None:
+        # Called with the lock held: one drain op in the queue at a time.
+        if not self._scheduled:
+            self._scheduled = True
+            _writer.submit(self._drain)
+
+    def _drain(self) -> None:
+        from mlflow.entities import Param, RunTag
+
+        with self._lock:
+            metrics, params, tags = self._metrics, self._params, self._tags
+            self._metrics, self._params, self._tags = [], {}, {}
+            self._scheduled = False
+        try:
+            client = get_client(self.target.uri)
+            param_list = [Param(k, v) for k, v in params.items()]
+            tag_list = [RunTag(k, v) for k, v in tags.items()]
+            for m in _chunks(metrics, _MAX_BATCH["metrics"]):
+                client.log_batch(self.run_id, metrics=m)
+            for p in _chunks(param_list, _MAX_BATCH["params"]):
+                if p:
+                    client.log_batch(self.run_id, params=p)
+            for t in _chunks(tag_list, _MAX_BATCH["tags"]):
+                if t:
+                    client.log_batch(self.run_id, tags=t)
+        except Exception:
+            # Put them back in front of anything newer, and let the writer retry.
+            with self._lock:
+                self._metrics = metrics + self._metrics
+                self._params = {**params, **self._params}
+                self._tags = {**tags, **self._tags}
+                self._scheduled = True
+            raise
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        with self._lock:
+            self._metrics.extend(
+                Metric(key, float(value), now, int(step)) for key, value in metrics.items()
+            )
+            self._schedule()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        with self._lock:
+            for key, value in params.items():
+                text = _param_value(value)
+                if self._logged_params.get(key) != text:  # MLflow refuses to change a param
+                    self._logged_params[key] = text
+                    self._params[key] = text
+            self._schedule()
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._tags.update({k: str(v) for k, v in tags.items()})
+            self._schedule()
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        _writer.submit(lambda: get_client(self.target.uri).log_text(self.run_id, text, artifact_file))
+
+    def finish(self, state: str) -> None:
+        """Record the final state and end the run (FINISHED, or FAILED for a failed trial)."""
+        self.set_tags({"hpsearch.state": state})
+
+        def end() -> None:
+            get_client(self.target.uri).update_run(
+                self.run_id, status=RUN_STATUS[state], name=run_name(self.trial_number, state)
+            )
+
+        _writer.submit(end)
+
+
+# --------------------------------------------------------------------------------------------
+# Coordinator side: the study's parent run and reconciliation
+# --------------------------------------------------------------------------------------------
+
+
+def find_trial_runs(
+    client: MlflowClient, target: TrackingTarget, *, trial_numbers: list[int] | None = None
+) -> dict[int, Run]:
+    """The child runs of a study, by trial number (the newest one where there are several)."""
+    filt = f"tags.`mlflow.parentRunId` = '{target.parent_run_id}'"
+    if trial_numbers is not None and len(trial_numbers) == 1:
+        filt += f" and tags.`hpsearch.trial_number` = '{trial_numbers[0]}'"
+    runs: dict[int, Run] = {}
+    token = None
+    while True:
+        page = client.search_runs(
+            [target.experiment_id], filter_string=filt, max_results=1000, page_token=token,
+            order_by=["attributes.start_time ASC"],
+        )
+        for run in page:
+            number = run.data.tags.get("hpsearch.trial_number")
+            if number is not None:
+                runs[int(number)] = run
+        token = page.token
+        if not token:
+            return runs
+
+
+class StudyTracker:
+    """The study's experiment and parent run, owned by the coordinator."""
+
+    def __init__(
+        self, uri: str, experiment: str, study_name: str, *, metric: str, artifact_root: Path | None
+    ) -> None:
+        self.uri = uri
+        self.metric = metric
+        self.experiment = experiment
+        self.study_name = study_name
+        self.artifact_root = artifact_root
+        self.target: TrackingTarget | None = None
+
+    @property
+    def client(self) -> MlflowClient:
+        return get_client(self.uri)
+
+    def open(self, *, storage_url: str, tags: Mapping[str, Any], spec_yaml: str) -> TrackingTarget:
+        """Find or create the experiment and the study's parent run, and mark it RUNNING."""
+        from mlflow.entities import RunTag
+
+        client = self.client
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            location = None
+            if self.artifact_root is not None:
+                location = (self.artifact_root / self.experiment).as_uri()
+            experiment_id = client.create_experiment(self.experiment, artifact_location=location)
+        else:
+            if exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"MLflow experiment '{self.experiment}' is deleted in {self.uri}; "
+                    "restore it (mlflow experiments restore) or set tracking.experiment"
+                )
+            experiment_id = exp.experiment_id
+        runs = client.search_runs(
+            [experiment_id],
+            filter_string=(
+                f"tags.`hpsearch.study` = '{self.study_name}' and tags.`hpsearch.role` = 'study'"
+            ),
+            max_results=1,
+            order_by=["attributes.start_time ASC"],
+        )
+        all_tags = {
+            "hpsearch.study": self.study_name,
+            "hpsearch.role": "study",
+            "hpsearch.storage": storage_url,
+            **{k: str(v) for k, v in tags.items()},
+        }
+        if runs:
+            run_id = runs[0].info.run_id
+            client.update_run(run_id, status="RUNNING")
+            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in all_tags.items()])
+        else:
+            run_id = client.create_run(experiment_id, tags=all_tags, run_name=self.study_name).info.run_id
+        client.log_text(run_id, spec_yaml, "study.yaml")
+        self.target = TrackingTarget(self.uri, experiment_id, run_id, self.study_name)
+        return self.target
+
+    def reconcile(self, trials: list[FrozenTrial]) -> int:
+        """Make every ended trial's run say its true final state; return how many were fixed.
+
+        A run is created for an ended trial that has none (its worker died before opening
+        it), and a run still RUNNING (or with a stale state) is closed with the trial's state.
+        """
+        from mlflow.entities import Metric, Param, RunTag
+
+        assert self.target is not None
+        client = self.client
+        runs = find_trial_runs(client, self.target)
+        fixed = 0
+        for trial in trials:
+            state = trial.state.name
+            if state not in RUN_STATUS:
+                continue
+            run = runs.get(trial.number)
+            reason = trial.user_attrs.get("hpsearch.fail_reason")
+            if run is None:
+                run_id = client.create_run(
+                    self.target.experiment_id,
+                    run_name=run_name(trial.number, state),
+                    tags={
+                        "mlflow.parentRunId": self.target.parent_run_id,
+                        "hpsearch.study": self.study_name,
+                        "hpsearch.trial_number": str(trial.number),
+                    },
+                ).info.run_id
+                params = [Param(k, _param_value(v)) for k, v in trial.params.items()]
+                metrics = [
+                    Metric(self.metric, float(v), int(time.time() * 1000), int(step))
+                    for step, v in sorted(trial.intermediate_values.items())
+                    if math.isfinite(v)
+                ]
+                for chunk in _chunks(params, _MAX_BATCH["params"]):
+                    if chunk:
+                        client.log_batch(run_id, params=chunk)
+                for chunk in _chunks(metrics, _MAX_BATCH["metrics"]):
+                    if chunk:
+                        client.log_batch(run_id, metrics=chunk)
+            elif run.info.status == "RUNNING" or run.data.tags.get("hpsearch.state") != state:
+                run_id = run.info.run_id
+            else:
+                continue
+            tags = {"hpsearch.state": state}
+            if reason:
+                tags["hpsearch.fail_reason"] = str(reason)[:5000]
+            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            client.update_run(run_id, status=RUN_STATUS[state], name=run_name(trial.number, state))
+            fixed += 1
+        return fixed
+
+    def finish(self, *, status: str, tags: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
+        """Record the study's summary on the parent run and end it."""
+        from mlflow.entities import Metric, RunTag
+
+        assert self.target is not None
+        client = self.client
+        now = int(time.time() * 1000)
+        client.log_batch(
+            self.target.parent_run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)],
+            tags=[RunTag(k, str(v)) for k, v in tags.items()],
+        )
+        client.set_terminated(self.target.parent_run_id, status=status)

@@ -1,0 +1,78 @@
+"""The built-in objective: train a model family on a built-in data set, one report per epoch.
+
+It is an ordinary Optuna objective ``(trial, ctx) -> float``, run by the same runner as a
+user's own objective. Each epoch, in this order: train, evaluate, log, report to Optuna, ask
+the pruner, checkpoint. A trial that runs again resumes after its last checkpoint and does
+not report an epoch twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import optuna
+
+from hpsearch.exceptions import TrialDiverged
+
+if TYPE_CHECKING:
+    from hpsearch.runner import TrialContext
+
+
+def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
+    import torch
+
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.space import suggest
+    from hpsearch.training._amp import resolve_precision
+    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.training._loop import ClassifierTrainer
+
+    spec = ctx.spec
+    torch.set_num_threads(ctx.n_threads)
+    family = get_family(spec.objective.model)
+    params = {**spec.objective.params, **suggest(trial, spec.space)}
+    seed = int(spec.search.seed or 0)
+    data = load_dataset(spec.objective.dataset, seed=seed)
+    device = torch.device(ctx.device)
+    precision = resolve_precision(spec.objective.precision, device)
+    torch.manual_seed(seed * 1_000_003 + trial.number)
+    model = family.build(params, data).to(device)
+    trainer = ClassifierTrainer(
+        model, params, device=device, precision=precision, seed=seed * 7919 + trial.number
+    )
+    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number)
+    state = checkpoints.load() if ctx.resumed else None
+    first_epoch = 1
+    if state is not None:
+        trainer.load_state_dict(state["trainer"])
+        first_epoch = int(state["epoch"]) + 1
+    ctx.set_tags({
+        "hpsearch.precision": precision,
+        "hpsearch.world_size": 1,
+        "hpsearch.n_train": data.n_train,
+        "hpsearch.n_val": data.n_val,
+        "hpsearch.resumed_from_epoch": first_epoch - 1,
+    })
+    metric = spec.metric
+    value = float("nan") if state is None else float(state["value"])
+    for epoch in range(first_epoch, spec.objective.epochs + 1):
+        train = trainer.train_epoch(data, epoch)
+        val = trainer.evaluate(data)
+        if not math.isfinite(train["train_loss"]):
+            raise TrialDiverged(f"train_loss is {train['train_loss']} at step {epoch}", step=epoch, value=train["train_loss"])
+        metrics = {"train_loss": train["train_loss"], "samples_per_s": train["samples_per_s"], **val}
+        if metric not in metrics:
+            raise KeyError(f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})")
+        value = metrics.pop(metric)
+        if not getattr(trial, "already_reported", lambda _: False)(epoch):
+            ctx.log_metrics(metrics, step=epoch)
+        trial.report(value, epoch)
+        if trial.should_prune():
+            checkpoints.delete()
+            raise optuna.TrialPruned(f"pruned at step {epoch}")
+        checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
+    if trainer.skipped_steps:
+        ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
+    return value
