@@ -51,6 +51,7 @@ class Progress:
     best_value: float | None = None
     best_number: int | None = None
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
     last: TrialOutcome | None = None
 
     @property
@@ -59,7 +60,8 @@ class Progress:
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """Seconds since the coordinator started, frozen once it finished."""
+        return (self.finished or time.monotonic()) - self.started
 
 
 @dataclass
@@ -158,7 +160,6 @@ class Coordinator:
         self._set_attrs(info.trial_id, {
             "hpsearch.worker": outcome.worker or None,
             "hpsearch.pid": outcome.pid or None,
-            "hpsearch.duration_s": round(outcome.duration_s, 4),
             "hpsearch.prune_reason": outcome.reason if outcome.state == "PRUNED" else None,
             "hpsearch.fail_reason": outcome.reason if outcome.state == "FAIL" else None,
         })
@@ -168,16 +169,16 @@ class Coordinator:
             state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
             self.study.tell(info.number, state=state, skip_if_finished=True)
 
-    def _collect(self, future: Future) -> None:
+    def _collect(self, future: Future, result: Any) -> None:
         info = self.in_flight.pop(future)
         if future.status == "finished":
-            outcome = future.result()
+            outcome = result
         else:
-            exc = future.exception() if future.status == "error" else None
+            exc = result[1] if isinstance(result, tuple) else result
             outcome = TrialOutcome(
                 info.number, "FAIL",
-                reason=_lost_reason(exc) if exc is not None else f"task {future.status}",
-                error_type=type(exc).__name__ if exc is not None else None,
+                reason=_lost_reason(exc) if isinstance(exc, BaseException) else f"task {future.status}",
+                error_type=type(exc).__name__ if isinstance(exc, BaseException) else None,
             )
         self._tell(info, outcome)
         self.progress.last = outcome
@@ -185,20 +186,27 @@ class Coordinator:
     # ---------------------------------------------------------------- the loop
 
     def run(self) -> Progress:
-        """Run until the budget is spent (or the timeout passes); return the final progress."""
-        from distributed import wait
+        """Run until the budget is spent (or the timeout passes); return the final progress.
+
+        In-flight trials always run to their end: the timeout only stops new trials from
+        starting, as in Optuna.
+        """
+        from distributed import as_completed
 
         spec = self.spec.search
         deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
         trials = self._count()
         # Trials an earlier coordinator left running: run them again, first.
         stale = [t for t in trials if t.state == TrialState.RUNNING]
-        ended = self.progress.ended
-        to_ask = max(0, spec.n_trials - ended - len(stale))
+        to_ask = max(0, spec.n_trials - self.progress.ended - len(stale))
+        # Results are gathered on the client's event loop as futures finish: no round trip
+        # per trial from this thread.
+        finished = as_completed(with_results=True, raise_errors=False)
         self._emit()
         try:
             while True:
                 timed_out = deadline is not None and time.monotonic() >= deadline
+                submitted = False
                 while len(self.in_flight) < self.max_concurrent and (stale or (to_ask and not timed_out)):
                     if stale:
                         t = stale.pop(0)
@@ -206,25 +214,23 @@ class Coordinator:
                     else:
                         self._ask()
                         to_ask -= 1
+                    finished.add(next(reversed(self.in_flight)))
+                    submitted = True
                 if not self.in_flight:
                     break
-                self.progress.running = len(self.in_flight)
-                self._emit()
-                timeout = 0.5 if deadline is None else max(0.05, min(0.5, deadline - time.monotonic()))
-                try:
-                    done, _ = wait(list(self.in_flight), timeout=timeout, return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    done = set()
-                for future in done:
-                    self._collect(future)
-                if done:
-                    self._count()
+                if submitted:
+                    self.progress.running = len(self.in_flight)
                     self._emit()
+                for future, result in finished.next_batch(block=True):
+                    self._collect(future, result)
+                self._count()
+                self._emit()
         except BaseException:
             self.interrupt()
             raise
         self._count()
         self.progress.running = 0
+        self.progress.finished = time.monotonic()
         self._emit()
         return self.progress
 

@@ -251,14 +251,17 @@ class TrialRun:
             client = get_client(self.target.uri)
             param_list = [Param(k, v) for k, v in params.items()]
             tag_list = [RunTag(k, v) for k, v in tags.items()]
-            for m in _chunks(metrics, _MAX_BATCH["metrics"]):
-                client.log_batch(self.run_id, metrics=m)
-            for p in _chunks(param_list, _MAX_BATCH["params"]):
-                if p:
-                    client.log_batch(self.run_id, params=p)
-            for t in _chunks(tag_list, _MAX_BATCH["tags"]):
-                if t:
-                    client.log_batch(self.run_id, tags=t)
+            # One transaction when it fits MLflow's batch limits (the usual case).
+            while metrics or param_list or tag_list:
+                client.log_batch(
+                    self.run_id,
+                    metrics=metrics[: _MAX_BATCH["metrics"]],
+                    params=param_list[: _MAX_BATCH["params"]],
+                    tags=tag_list[: _MAX_BATCH["tags"]],
+                )
+                metrics = metrics[_MAX_BATCH["metrics"] :]
+                param_list = param_list[_MAX_BATCH["params"] :]
+                tag_list = tag_list[_MAX_BATCH["tags"] :]
         except Exception:
             # Put them back in front of anything newer, and let the writer retry.
             with self._lock:
