@@ -65,6 +65,15 @@ class Progress:
 
 
 @dataclass
+class _Ready:
+    """A trial that is in the study and waits for a free set."""
+
+    trial_id: int
+    number: int
+    resume: bool
+
+
+@dataclass
 class _InFlight:
     number: int
     trial_id: int
@@ -101,6 +110,7 @@ class Coordinator:
         self.distributions = to_distributions(spec.space) if spec.space else None
         self.in_flight: dict[Future, _InFlight] = {}
         self.progress = Progress(spec.search.n_trials)
+        self._pending: list[_Ready] = []
         self._storage = study._storage
         self._study_id = study._study_id
 
@@ -114,19 +124,37 @@ class Coordinator:
     # ---------------------------------------------------------------- state
 
     def _count(self) -> list[optuna.trial.FrozenTrial]:
+        """Recount the study's trials by state from the storage (at start and at the end)."""
         trials = self.study.get_trials(deepcopy=False)
         p = self.progress
         p.complete = sum(t.state == TrialState.COMPLETE for t in trials)
         p.pruned = sum(t.state == TrialState.PRUNED for t in trials)
         p.failed = sum(t.state == TrialState.FAIL for t in trials)
         p.running = len(self.in_flight)
-        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-        if done:
-            best = (max if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else min)(
-                done, key=lambda t: t.value
-            )
-            p.best_value, p.best_number = best.value, best.number
+        for t in trials:
+            if t.state == TrialState.COMPLETE and t.value is not None:
+                self._note_value(t.number, t.value)
         return trials
+
+    def _note_value(self, number: int, value: float) -> None:
+        p = self.progress
+        maximize = self.study.direction == optuna.study.StudyDirection.MAXIMIZE
+        if p.best_value is None or (value > p.best_value if maximize else value < p.best_value):
+            p.best_value, p.best_number = value, number
+
+    def _count_outcome(self, outcome: TrialOutcome) -> None:
+        """Update the counts from one ended trial (no storage read on the per-trial path)."""
+        p = self.progress
+        if outcome.state == "COMPLETE":
+            p.complete += 1
+            if outcome.value is not None:
+                self._note_value(outcome.trial_number, outcome.value)
+        elif outcome.state == "PRUNED":
+            p.pruned += 1
+        else:
+            p.failed += 1
+        p.running = len(self.in_flight)
+        p.last = outcome
 
     def _emit(self) -> None:
         if self.on_progress is not None:
@@ -147,9 +175,9 @@ class Coordinator:
         )
         self.in_flight[future] = _InFlight(number, trial_id, time.monotonic())
 
-    def _ask(self) -> None:
+    def _ask(self) -> _Ready:
         trial = self.study.ask(self.distributions)
-        self._submit(trial._trial_id, trial.number, resume=False)
+        return _Ready(trial._trial_id, trial.number, resume=False)
 
     def _set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():
@@ -169,25 +197,24 @@ class Coordinator:
             state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
             self.study.tell(info.number, state=state, skip_if_finished=True)
 
-    def _collect(self, future: Future, result: Any) -> None:
-        info = self.in_flight.pop(future)
+    def _outcome(self, info: _InFlight, future: Future, result: Any) -> TrialOutcome:
         if future.status == "finished":
-            outcome = result
-        else:
-            exc = result[1] if isinstance(result, tuple) else result
-            outcome = TrialOutcome(
-                info.number, "FAIL",
-                reason=_lost_reason(exc) if isinstance(exc, BaseException) else f"task {future.status}",
-                error_type=type(exc).__name__ if isinstance(exc, BaseException) else None,
-            )
-        self._tell(info, outcome)
-        self.progress.last = outcome
+            return result
+        exc = result[1] if isinstance(result, tuple) else result
+        return TrialOutcome(
+            info.number, "FAIL",
+            reason=_lost_reason(exc) if isinstance(exc, BaseException) else f"task {future.status}",
+            error_type=type(exc).__name__ if isinstance(exc, BaseException) else None,
+        )
 
     # ---------------------------------------------------------------- the loop
 
     def run(self) -> Progress:
         """Run until the budget is spent (or the timeout passes); return the final progress.
 
+        The loop keeps every set busy: when a trial ends, the next one (already asked while
+        the others ran) is submitted first, and only then is the ended one told and the one
+        after asked, so the sampler's time overlaps with training instead of idling a set.
         In-flight trials always run to their end: the timeout only stops new trials from
         starting, as in Optuna.
         """
@@ -196,35 +223,44 @@ class Coordinator:
         spec = self.spec.search
         deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
         trials = self._count()
-        # Trials an earlier coordinator left running: run them again, first.
-        stale = [t for t in trials if t.state == TrialState.RUNNING]
-        to_ask = max(0, spec.n_trials - self.progress.ended - len(stale))
+        # Trials an earlier coordinator left running are run again first (from checkpoints).
+        ready = [_Ready(t._trial_id, t.number, resume=True) for t in trials if t.state == TrialState.RUNNING]
+        to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
         finished = as_completed(with_results=True, raise_errors=False)
+
+        def may_ask() -> bool:
+            return to_ask > 0 and not (deadline is not None and time.monotonic() >= deadline)
+
+        def fill() -> None:
+            nonlocal to_ask
+            while len(self.in_flight) < self.max_concurrent and (ready or may_ask()):
+                if ready:
+                    item = ready.pop(0)
+                else:
+                    item = self._ask()
+                    to_ask -= 1
+                self._submit(item.trial_id, item.number, resume=item.resume)
+                finished.add(next(reversed(self.in_flight)))
+            self.progress.running = len(self.in_flight)
+
+        self._pending = ready
         self._emit()
         try:
-            while True:
-                timed_out = deadline is not None and time.monotonic() >= deadline
-                submitted = False
-                while len(self.in_flight) < self.max_concurrent and (stale or (to_ask and not timed_out)):
-                    if stale:
-                        t = stale.pop(0)
-                        self._submit(t._trial_id, t.number, resume=True)
-                    else:
-                        self._ask()
-                        to_ask -= 1
-                    finished.add(next(reversed(self.in_flight)))
-                    submitted = True
-                if not self.in_flight:
-                    break
-                if submitted:
-                    self.progress.running = len(self.in_flight)
-                    self._emit()
-                for future, result in finished.next_batch(block=True):
-                    self._collect(future, result)
-                self._count()
+            fill()
+            while self.in_flight:
                 self._emit()
+                if not ready and may_ask():
+                    ready.append(self._ask())  # ask ahead while the sets are busy
+                    to_ask -= 1
+                batch = finished.next_batch(block=True)
+                ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
+                fill()
+                for info, future, result in ended:
+                    outcome = self._outcome(info, future, result)
+                    self._tell(info, outcome)
+                    self._count_outcome(outcome)
         except BaseException:
             self.interrupt()
             raise
@@ -235,7 +271,10 @@ class Coordinator:
         return self.progress
 
     def interrupt(self, reason: str = "interrupted") -> None:
-        """Stop every trial in flight and record it as failed with ``reason``."""
+        """Stop every trial in flight (or asked and waiting) and record it as failed with ``reason``."""
+        for item in self._pending:
+            self._tell(_InFlight(item.number, item.trial_id, 0.0), TrialOutcome(item.number, "FAIL", reason=reason))
+        self._pending = []
         if not self.in_flight:
             return
         futures = list(self.in_flight)
@@ -245,8 +284,9 @@ class Coordinator:
             log.debug("cancel failed: %s", exc)
         for future in futures:
             info = self.in_flight.pop(future)
-            self._tell(info, TrialOutcome(info.number, "FAIL", reason=reason))
-        self._count()
+            outcome = TrialOutcome(info.number, "FAIL", reason=reason)
+            self._tell(info, outcome)
+            self._count_outcome(outcome)
         self.progress.running = 0
 
 

@@ -61,6 +61,7 @@ def local_worker_specs(
                 "dashboard": False,
                 "name": f"hpsearch-{i}",
                 "silence_logs": logging.WARNING,
+                "preload": ["hpsearch.preload"],
             },
         }
     return specs

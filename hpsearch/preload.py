@@ -1,0 +1,26 @@
+"""A Dask worker preload: import what trials need before the first trial arrives.
+
+A worker pays ``import mlflow`` (about 2 s here) and optuna's gRPC client once; without this,
+the first trial on every worker pays it, while the study is already running. The local
+cluster and ``hpsearch worker`` load it; for plain ``dask worker`` pass
+``--preload hpsearch.preload``. Importing torch is left to the first trial that trains
+(a user objective may not need it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def dask_setup(worker: Any) -> None:
+    import warnings
+
+    import mlflow  # noqa: F401
+    import optuna
+    from optuna.storages import GrpcStorageProxy  # noqa: F401
+
+    import hpsearch.runner  # noqa: F401
+    import hpsearch.tracking  # noqa: F401
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
