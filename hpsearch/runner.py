@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -126,21 +127,39 @@ class TrackedTrial(optuna.Trial):
         self._pruner_name = pruner_name
         self.last_step: int | None = max(self._cached_frozen_trial.intermediate_values, default=None)
         self.prune_decision: dict[str, Any] | None = None
+        self._reports: list[Future[None]] = []
 
     def already_reported(self, step: int) -> bool:
         """Whether ``step`` was reported (by this attempt or an earlier one)."""
         return int(step) in self._cached_frozen_trial.intermediate_values
 
     def report(self, value: float, step: int) -> None:
+        """Report like :meth:`optuna.Trial.report`, with the storage write off the training loop.
+
+        The value is in this trial's view at once (``should_prune`` sees it); the write to
+        the study goes through one ordered background thread, and :meth:`flush_reports`
+        (called before the trial's result is returned) waits for it.
+        """
         value = float(value)
         step = int(step)
+        if step < 0:
+            raise ValueError(f"`{step=}` must be non-negative.")
         if not math.isfinite(value):
             raise TrialDiverged(f"{self._metric} is {value} at step {step}", step=step, value=value)
         if step in self._cached_frozen_trial.intermediate_values:
             return
-        super().report(value, step)
+        self._cached_frozen_trial.intermediate_values[step] = value
+        self._reports.append(
+            _report_writer().submit(self.storage.set_trial_intermediate_value, self._trial_id, step, value)
+        )
         self.last_step = step
         self._run.log_metrics({self._metric: value}, step)
+
+    def flush_reports(self) -> None:
+        """Wait until every report is in the study; raise if one could not be written."""
+        pending, self._reports = self._reports, []
+        for future in pending:
+            future.result()
 
     def should_prune(self) -> bool:
         decision = super().should_prune()
@@ -152,6 +171,18 @@ class TrackedTrial(optuna.Trial):
             )
             self.prune_decision = {"step": self.last_step, "value": value, "reason": reason}
         return decision
+
+
+_reports_executor: ThreadPoolExecutor | None = None
+
+
+def _report_writer() -> ThreadPoolExecutor:
+    """One thread per process sends reports to the study, in order."""
+    global _reports_executor
+    with _studies_lock:
+        if _reports_executor is None:
+            _reports_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpsearch-report")
+        return _reports_executor
 
 
 # Per-process caches: a worker runs many trials of the same study.
@@ -288,6 +319,11 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         run.log_text(tb, "traceback.txt")
         outcome.extra["traceback"] = tb
     if trial is not None:
+        try:
+            trial.flush_reports()  # every report is in the study before the coordinator tells
+        except Exception as exc:
+            outcome.state, outcome.value = "FAIL", None
+            outcome.reason = f"could not report to the study: {type(exc).__name__}: {exc}"
         outcome.last_step = outcome.last_step if outcome.last_step is not None else trial.last_step
         run.log_params(trial.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 #: MLflow run status for each final Optuna state.
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
 _MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
+#: Seconds a running trial's metrics wait to be batched with the next ones (fast epochs
+#: then cost one write a second, not one each); the final batch of a trial never waits.
+BATCH_INTERVAL = 1.0
 _PARAM_VALUE_LIMIT = 6000
 
 
@@ -206,6 +209,8 @@ class TrialRun:
         self._tags: dict[str, str] = {}
         self._scheduled = False
         self._logged_params: dict[str, str] = {}
+        self._finishing = threading.Event()
+        self._last_drain = 0.0
         start_tags = {
             "mlflow.parentRunId": target.parent_run_id,
             "hpsearch.study": target.study_name,
@@ -244,6 +249,10 @@ class TrialRun:
     def _drain(self) -> None:
         from mlflow.entities import Param, RunTag
 
+        wait = self._last_drain + BATCH_INTERVAL - time.monotonic()
+        if wait > 0:
+            self._finishing.wait(wait)  # gather more, unless the trial is ending
+        self._last_drain = time.monotonic()
         with self._lock:
             metrics, params, tags = self._metrics, self._params, self._tags
             self._metrics, self._params, self._tags = [], {}, {}
@@ -302,6 +311,7 @@ class TrialRun:
     def finish(self, state: str) -> None:
         """Record the final state and end the run (FINISHED, or FAILED for a failed trial)."""
         # The run name travels as the mlflow.runName tag in the last batch.
+        self._finishing.set()
         self.set_tags({"hpsearch.state": state, "mlflow.runName": run_name(self.trial_number, state)})
         _writer.submit(lambda: get_client(self.target.uri).set_terminated(self.run_id, RUN_STATUS[state]))
 

@@ -12,10 +12,24 @@ import hashlib
 import io
 import logging
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _writer() -> ThreadPoolExecutor:
+    """One writer thread per process: checkpoints land in the order they were taken."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpsearch-checkpoint")
+        return _executor
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -28,23 +42,44 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class CheckpointStore:
-    """Checkpoints of one trial: ``DIR/trial-N.pt`` (latest) and ``trial-N.prev.pt`` (the one before)."""
+    """Checkpoints of one trial: ``DIR/trial-N.pt`` (latest) and ``trial-N.prev.pt`` (the one before).
+
+    :meth:`save` serialises the state at once (so training may go on changing the weights)
+    and writes it from a background thread, off the training loop; :meth:`wait` (called at
+    the end of a trial, and by :meth:`load` and :meth:`delete`) waits for the writes. A
+    process killed before a write lands loses that epoch's checkpoint only: the trial
+    resumes from the one before, and skips the reports it already made.
+    """
 
     def __init__(self, directory: str | os.PathLike[str], trial_number: int) -> None:
         self.directory = Path(directory)
         self.latest = self.directory / f"trial-{trial_number}.pt"
         self.previous = self.directory / f"trial-{trial_number}.prev.pt"
+        self._pending: list[Future[None]] = []
 
     @staticmethod
     def _digest_path(path: Path) -> Path:
         return path.with_name(path.name + ".sha256")
 
-    def save(self, state: dict[str, Any]) -> None:
+    def save(self, state: dict[str, Any], *, background: bool = True) -> None:
         import torch
 
         buf = io.BytesIO()
         torch.save(state, buf)
         data = buf.getvalue()
+        if background:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(_writer().submit(self._write, data))
+        else:
+            self._write(data)
+
+    def wait(self) -> None:
+        """Wait for the checkpoints being written; raise if one could not be written."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def _write(self, data: bytes) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.latest.exists():
             os.replace(self.latest, self.previous)
@@ -73,6 +108,7 @@ class CheckpointStore:
 
     def load(self) -> dict[str, Any] | None:
         """The newest checkpoint that verifies, or ``None``."""
+        self.wait()
         for path in (self.latest, self.previous):
             state = self._load_one(path)
             if state is not None:
@@ -80,6 +116,7 @@ class CheckpointStore:
         return None
 
     def delete(self) -> None:
+        self.wait()
         for path in (self.latest, self.previous):
             for p in (path, self._digest_path(path)):
                 p.unlink(missing_ok=True)

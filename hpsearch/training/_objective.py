@@ -2,13 +2,14 @@
 
 It is an ordinary Optuna objective ``(trial, ctx) -> float``, run by the same runner as a
 user's own objective. Each epoch, in this order: train, evaluate, log, report to Optuna, ask
-the pruner, checkpoint. A trial that runs again resumes after its last checkpoint and does
-not report an epoch twice.
+the pruner, checkpoint (every ``objective.checkpoint_interval`` seconds at most). A trial
+that runs again resumes after its last checkpoint and does not report an epoch twice.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING
 
 import optuna
@@ -57,6 +58,20 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     })
     metric = spec.metric
     value = float("nan") if state is None else float(state["value"])
+    try:
+        value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value)
+    finally:
+        checkpoints.wait()
+    if trainer.skipped_steps:
+        ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
+    return value
+
+
+def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float) -> float:  # type: ignore[no-untyped-def]
+    spec = ctx.spec
+    metric = spec.metric
+    interval = float(spec.objective.checkpoint_interval)
+    last_checkpoint = -math.inf
     for epoch in range(first_epoch, spec.objective.epochs + 1):
         train = trainer.train_epoch(data, epoch)
         val = trainer.evaluate(data)
@@ -72,7 +87,8 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         if trial.should_prune():
             checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
-        checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
-    if trainer.skipped_steps:
-        ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
+        now = time.monotonic()
+        if now - last_checkpoint >= interval or epoch == spec.objective.epochs:
+            checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
+            last_checkpoint = now
     return value
