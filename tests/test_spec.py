@@ -46,6 +46,7 @@ objective:
   gpus_per_trial: 1
   params: {batch_size: 64}
   trial_timeout: null
+  checkpoint_interval: 5.0
 space:
   lr: {type: float, low: 1.0e-4, high: 3.0e-2, log: true}
   channels: {type: int, low: 8, high: 64, step: 8}
