@@ -58,10 +58,9 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     })
     metric = spec.metric
     value = float("nan") if state is None else float(state["value"])
-    try:
-        value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value)
-    finally:
-        checkpoints.wait()
+    # Checkpoint writes still in flight at the end are left to land on their own: the
+    # trial's result does not depend on them.
+    value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value)
     if trainer.skipped_steps:
         ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
     return value
@@ -88,7 +87,7 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
             checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
-        if now - last_checkpoint >= interval or epoch == spec.objective.epochs:
+        if now - last_checkpoint >= interval:
             checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
             last_checkpoint = now
     return value
