@@ -71,6 +71,7 @@ class _Ready:
     trial_id: int
     number: int
     resume: bool
+    size: int
 
 
 @dataclass
@@ -78,6 +79,7 @@ class _InFlight:
     number: int
     trial_id: int
     submitted: float
+    size: int = 1
 
 
 class Coordinator:
@@ -162,22 +164,36 @@ class Coordinator:
 
     # ---------------------------------------------------------------- submit / tell
 
-    def _submit(self, trial_id: int, number: int, *, resume: bool) -> None:
+    def _size(self, params: dict[str, Any]) -> int:
+        """The devices a trial needs: searched, or the study's ``gpus_per_trial``."""
+        return int(params.get("gpus_per_trial", self.size))
+
+    def _submit(self, item: _Ready) -> Future:
         task = TrialTask(
-            study_name=self.study.study_name, trial_id=trial_id, trial_number=number,
+            study_name=self.study.study_name, trial_id=item.trial_id, trial_number=item.number,
             spec=self.spec, proxy=self.proxy, tracking=self.tracking, study_dir=self.study_dir,
-            search_paths=self.search_paths, resume=resume,
+            search_paths=self.search_paths, resume=item.resume, size=item.size,
         )
-        resources = {self.capacity.key: self.size} if self.capacity.key else None
+        resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
-            run_trial, task, key=f"hpsearch-{self.study.study_name}-trial-{number}-{uuid.uuid4().hex[:8]}",
+            run_trial, task, key=f"hpsearch-{self.study.study_name}-trial-{item.number}-{uuid.uuid4().hex[:8]}",
             resources=resources, pure=False,
         )
-        self.in_flight[future] = _InFlight(number, trial_id, time.monotonic())
+        self.in_flight[future] = _InFlight(item.number, item.trial_id, time.monotonic(), item.size)
+        return future
 
     def _ask(self) -> _Ready:
         trial = self.study.ask(self.distributions)
-        return _Ready(trial._trial_id, trial.number, resume=False)
+        return _Ready(trial._trial_id, trial.number, resume=False, size=self._size(trial.params))
+
+    def _fits(self, item: _Ready) -> bool:
+        """Whether ``item`` fits the devices not in use (and the concurrency limit)."""
+        if len(self.in_flight) >= self.max_concurrent:
+            return False
+        if self.capacity.key is None:
+            return True
+        used = sum(f.size for f in self.in_flight.values())
+        return used + item.size <= self.capacity.total and item.size <= self.capacity.largest
 
     def _set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():
@@ -224,7 +240,7 @@ class Coordinator:
         deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
         trials = self._count()
         # Trials an earlier coordinator left running are run again first (from checkpoints).
-        ready = [_Ready(t._trial_id, t.number, resume=True) for t in trials if t.state == TrialState.RUNNING]
+        ready = [_Ready(t._trial_id, t.number, resume=True, size=self._size(t.params)) for t in trials if t.state == TrialState.RUNNING]
         to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
@@ -234,15 +250,18 @@ class Coordinator:
             return to_ask > 0 and not (deadline is not None and time.monotonic() >= deadline)
 
         def fill() -> None:
+            # First come, first served: a trial waits at the head until its set is free, and
+            # nothing overtakes it (so a large set is never starved by small ones).
             nonlocal to_ask
-            while len(self.in_flight) < self.max_concurrent and (ready or may_ask()):
-                if ready:
-                    item = ready.pop(0)
-                else:
-                    item = self._ask()
+            while ready or may_ask():
+                if not ready:
+                    if len(self.in_flight) >= self.max_concurrent:
+                        break
+                    ready.append(self._ask())
                     to_ask -= 1
-                self._submit(item.trial_id, item.number, resume=item.resume)
-                finished.add(next(reversed(self.in_flight)))
+                if not self._fits(ready[0]):
+                    break
+                finished.add(self._submit(ready.pop(0)))
             self.progress.running = len(self.in_flight)
 
         self._pending = ready
@@ -254,6 +273,8 @@ class Coordinator:
                 if not ready and may_ask():
                     ready.append(self._ask())  # ask ahead while the sets are busy
                     to_ask -= 1
+                    fill()  # it may fit at once (sets of different sizes)
+                    continue
                 batch = finished.next_batch(block=True)
                 ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
                 fill()

@@ -21,7 +21,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import optuna
 
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Environment a worker gets from the cluster: the devices of its set and its CPU share.
-ENV_DEVICES = "HPSEARCH_DEVICES"
+#: The CPU threads of a worker (or of a rank process), set by its layout.
 ENV_THREADS = "HPSEARCH_THREADS"
 
 
@@ -53,6 +52,7 @@ class TrialTask:
     study_dir: str
     search_paths: list[str]
     resume: bool = False
+    size: int | None = None  # devices of this trial (when gpus_per_trial is searched)
 
 
 @dataclass
@@ -78,7 +78,10 @@ class TrialContext:
     Attributes:
         spec: the study spec.
         trial_number: the Optuna trial number.
-        devices: the devices of this trial's set (``["cuda:0", "cuda:1"]`` or ``["cpu"]``).
+        devices: this rank's torch devices (``["cuda:0"]`` or ``["cpu"]``).
+        device_ids: every device of the trial's set, physical (``["cuda:2", "cuda:3"]``,
+            or CPU slots ``["slot:0", "slot:1"]``).
+        rank, world_size: this process's place in a data-parallel trial (0 and 1 alone).
         n_threads: the CPU threads this trial may use.
         study_dir: the study's run folder (``RUN_DIR/NAME``).
         checkpoint_dir: where this study keeps its trials' checkpoints.
@@ -94,22 +97,33 @@ class TrialContext:
     checkpoint_dir: Path
     worker: str
     resumed: bool
-    run: TrialRun
+    run: TrialRun | None
+    rank: int = 0
+    world_size: int = 1
+    device_ids: list[str] = field(default_factory=list)
 
     @property
     def device(self) -> str:
-        """The first device of the set: the one a single-device trial trains on."""
+        """This rank's torch device (``cuda:0``, ``cpu``, ...)."""
         return self.devices[0]
 
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0, the one that reports and logs."""
+        return self.rank == 0
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log metrics to the trial's MLflow run at ``step`` (non-blocking)."""
-        self.run.log_metrics(metrics, step)
+        """Log metrics to the trial's MLflow run at ``step`` (non-blocking; rank 0 only)."""
+        if self.run is not None:
+            self.run.log_metrics(metrics, step)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self.run.log_params(params)
+        if self.run is not None:
+            self.run.log_params(params)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self.run.set_tags(tags)
+        if self.run is not None:
+            self.run.set_tags(tags)
 
 
 class TrackedTrial(optuna.Trial):
@@ -219,21 +233,6 @@ def _worker_address() -> str:
         return "local"
 
 
-def _devices() -> list[str]:
-    raw = os.environ.get(ENV_DEVICES, "cpu")
-    return [d for d in raw.split(",") if d] or ["cpu"]
-
-
-def _n_threads() -> int:
-    raw = os.environ.get(ENV_THREADS)
-    if raw:
-        return max(1, int(raw))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _objective(task: TrialTask) -> Callable[..., float]:
     spec = task.spec
     if spec.is_user_objective:
@@ -254,29 +253,153 @@ def _wants_context(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+@dataclass(frozen=True)
+class WorkerDevices:
+    """The devices a worker owns, from its environment (set by its layout, or by hand)."""
+
+    kind: str  # "cuda" | "cpu"
+    ids: tuple[int, ...]  # physical GPU indices, or CPU slot ids
+    threads: int  # CPU threads of the whole worker
+    lease: bool  # trials of different sizes lease subsets of ``ids``
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerDevices:
+        """Read ``HPSEARCH_DEVICE_*``; a plain ``dask worker`` with ``CUDA_VISIBLE_DEVICES`` works too.
+
+        Example:
+            >>> WorkerDevices.from_env({"CUDA_VISIBLE_DEVICES": "2,3", "HPSEARCH_THREADS": "8"})
+            WorkerDevices(kind='cuda', ids=(2, 3), threads=8, lease=False)
+            >>> WorkerDevices.from_env({}).kind
+            'cpu'
+        """
+        env = os.environ if env is None else env
+        visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+        kind = env.get("HPSEARCH_DEVICE_KIND") or ("cuda" if visible and visible != "-1" else "cpu")
+        raw = env.get("HPSEARCH_DEVICE_IDS") or (visible if kind == "cuda" else "0")
+        ids = tuple(int(x) for x in raw.split(",") if x.strip().lstrip("-").isdigit())
+        return cls(kind, ids or (0,), int(env.get(ENV_THREADS) or _cores()), env.get("HPSEARCH_LEASE") == "1")
+
+    def label(self, ids: Sequence[int]) -> str:
+        return ",".join(f"{'cuda' if self.kind == 'cuda' else 'slot'}:{i}" for i in ids)
+
+    def local_device(self, device_id: int) -> str:
+        """The torch device of ``device_id`` inside this worker process."""
+        if self.kind != "cuda":
+            return "cpu"
+        return f"cuda:{self.ids.index(device_id)}"
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_allocators: dict[tuple[int, ...], Any] = {}
+
+
+def _allocator(devices: WorkerDevices) -> Any:
+    from hpsearch.cluster import DeviceAllocator
+
+    with _studies_lock:
+        alloc = _allocators.get(devices.ids)
+        if alloc is None:
+            links = None
+            if devices.kind == "cuda":
+                from hpsearch.cluster import nvml_links
+
+                links = nvml_links(list(devices.ids))
+            alloc = _allocators[devices.ids] = DeviceAllocator(devices.ids, links)
+        return alloc
+
+
+def trial_size(task: TrialTask) -> int:
+    """How many devices this trial trains across."""
+    return int(task.size or task.spec.objective.gpus_per_trial or 1)
+
+
 def run_trial(task: TrialTask) -> TrialOutcome:
-    """Run one trial to its end in this process and say how it ended."""
+    """Run one trial on this worker's devices and say how it ended (never raises for the trial)."""
+    devices = WorkerDevices.from_env()
+    size = trial_size(task)
+    if devices.lease:
+        ids = _allocator(devices).lease(size, owner=f"trial {task.trial_number}")
+    else:
+        ids = devices.ids[:size]
+    try:
+        per_device = max(1, devices.threads // max(1, len(devices.ids)))
+        if size == 1:
+            threads = devices.threads if not devices.lease else per_device
+            return execute(task, devices=devices, device_ids=list(ids), local=[devices.local_device(ids[0])], n_threads=threads)
+        return _run_ranks(task, devices, list(ids), per_device)
+    finally:
+        if devices.lease:
+            _allocator(devices).release(ids)
+
+
+def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads: int) -> TrialOutcome:
+    from hpsearch.training._ranks import rank_pool
+
+    start = time.perf_counter()
+    result, failure = rank_pool().run(
+        {"task": task, "kind": devices.kind, "device_ids": ids},
+        kind=devices.kind, device_ids=ids, threads=threads,
+        timeout=task.spec.objective.trial_timeout,
+    )
+    if failure is None and isinstance(result, TrialOutcome):
+        result.worker = _worker_address()
+        return result
+    # A rank failed (or rank 0 could not say): close the trial's run with the reason.
+    first, _, tb = (failure.reason if failure else "rank 0 returned no result").partition("\n")
+    outcome = TrialOutcome(
+        task.trial_number, "FAIL", reason=first, error_type="RankFailure",
+        worker=_worker_address(), pid=os.getpid(), duration_s=time.perf_counter() - start,
+    )
+    run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
+    run.set_tags({"hpsearch.fail_reason": first[:5000], "hpsearch.error_type": "RankFailure", "hpsearch.error_message": first[:5000]})
+    if tb:
+        run.log_text(tb, "traceback.txt")
+    run.finish("FAIL")
+    return outcome
+
+
+def execute(
+    task: TrialTask,
+    *,
+    devices: WorkerDevices,
+    device_ids: list[int],
+    local: list[str],
+    n_threads: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> TrialOutcome:
+    """Run the objective in this process: the trial's only rank, or its rank 0."""
     start = time.perf_counter()
     worker, pid = _worker_address(), os.getpid()
     spec = task.spec
     outcome = TrialOutcome(task.trial_number, "FAIL", worker=worker, pid=pid)
-    devices = _devices()
     run = TrialRun(
         task.tracking, task.trial_number,
-        tags={"hpsearch.worker": worker, "hpsearch.pid": pid, "hpsearch.devices": ",".join(devices)},
+        tags={
+            "hpsearch.worker": worker, "hpsearch.pid": pid,
+            "hpsearch.devices": devices.label(device_ids), "hpsearch.world_size": world_size,
+        },
         resume=task.resume,
     )
-    trial: TrackedTrial | None = None
+    tracked: TrackedTrial | None = None
     try:
         study = _worker_study(task)
-        trial = TrackedTrial(
+        tracked = TrackedTrial(
             study, task.trial_id, run=run, metric=spec.metric, pruner_name=spec.search.pruner.name
         )
-        run.log_params({**spec.objective.params, **trial.params})
+        trial: Any = tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
+        run.log_params({**spec.objective.params, **tracked.params})
         ctx = TrialContext(
-            spec=spec, trial_number=task.trial_number, devices=devices, n_threads=_n_threads(),
+            spec=spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
             study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
-            worker=worker, resumed=task.resume, run=run,
+            worker=worker, resumed=task.resume, run=run, rank=rank, world_size=world_size,
+            device_ids=devices.label(device_ids).split(","),
         )
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
@@ -284,13 +407,13 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         value = objective(trial, ctx) if _wants_context(objective) else objective(trial)
         value = float(value)  # type: ignore[arg-type]
         if not math.isfinite(value):
-            raise TrialDiverged(f"objective returned {value}", step=trial.last_step, value=value)
+            raise TrialDiverged(f"objective returned {value}", step=tracked.last_step, value=value)
         outcome.state, outcome.value = "COMPLETE", value
     except optuna.TrialPruned as exc:
         outcome.state = "PRUNED"
-        decision = trial.prune_decision if trial is not None else None
+        decision = tracked.prune_decision if tracked is not None else None
         if decision is None:  # pruned without asking should_prune
-            step = trial.last_step if trial is not None else None
+            step = tracked.last_step if tracked is not None else None
             decision = {"step": step, "value": None, "reason": f"the objective raised TrialPruned ({exc})" if str(exc) else "the objective raised TrialPruned"}
         outcome.last_step = decision["step"]
         outcome.reason = decision["reason"]
@@ -318,17 +441,124 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         })
         run.log_text(tb, "traceback.txt")
         outcome.extra["traceback"] = tb
-    if trial is not None:
+    if tracked is not None:
         try:
-            trial.flush_reports()  # every report is in the study before the coordinator tells
+            tracked.flush_reports()  # every report is in the study before the coordinator tells
         except Exception as exc:
             outcome.state, outcome.value = "FAIL", None
             outcome.reason = f"could not report to the study: {type(exc).__name__}: {exc}"
-        outcome.last_step = outcome.last_step if outcome.last_step is not None else trial.last_step
-        run.log_params(trial.params)  # parameters suggested inside the objective
+        outcome.last_step = outcome.last_step if outcome.last_step is not None else tracked.last_step
+        run.log_params(tracked.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start
     run.finish(outcome.state)
     return outcome
+
+
+class DistributedTrial:
+    """The trial as every rank of a data-parallel trial sees it.
+
+    Rank 0 holds the real (tracked) trial; the others hold none. Suggestions and prune
+    decisions are made on rank 0 and broadcast, so every rank trains the same parameters
+    and all of them stop at the same step. Reports are made by rank 0 alone (the values
+    are already averaged across ranks).
+    """
+
+    def __init__(self, inner: TrackedTrial | None, *, number: int) -> None:
+        self._inner = inner
+        self.number = number
+        self._params: dict[str, Any] = {}
+
+    @staticmethod
+    def _bcast(value: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _suggest(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        value = getattr(self._inner, f"suggest_{kind}")(name, *args, **kwargs) if self._inner is not None else None
+        value = self._bcast(value)
+        self._params[name] = value
+        return value
+
+    def suggest_float(self, name: str, low: float, high: float, **kwargs: Any) -> float:
+        return self._suggest("float", name, low, high, **kwargs)
+
+    def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
+        return self._suggest("int", name, low, high, **kwargs)
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self._suggest("categorical", name, choices)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self._inner.params if self._inner is not None else dict(self._params)
+
+    def report(self, value: float, step: int) -> None:
+        if self._inner is not None:
+            self._inner.report(value, step)
+        elif not math.isfinite(float(value)):
+            raise TrialDiverged(f"value is {value} at step {step}", step=step, value=value)
+
+    def should_prune(self) -> bool:
+        return bool(self._bcast(self._inner.should_prune() if self._inner is not None else None))
+
+    def already_reported(self, step: int) -> bool:
+        return self._inner.already_reported(step) if self._inner is not None else False
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        if self._inner is not None:
+            self._inner.set_user_attr(key, value)
+
+
+def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
+    """One rank of a data-parallel trial, in a rank process: join the group, train, leave."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    task: TrialTask = payload["task"]
+    rank, world = int(payload["rank"]), int(payload["world_size"])
+    kind = payload["kind"]
+    threads = int(os.environ.get(ENV_THREADS) or 1)
+    torch.set_num_threads(threads)
+    if kind == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group(
+        "nccl" if kind == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{payload['master_port']}",
+        rank=rank, world_size=world, timeout=timedelta(seconds=300),
+    )
+    try:
+        local = ["cuda:0" if kind == "cuda" else "cpu"]
+        devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
+        if rank == 0:
+            outcome = execute(task, devices=devices, device_ids=list(devices.ids), local=local, n_threads=threads, rank=0, world_size=world)
+            from hpsearch.tracking import flush
+
+            flush(60.0)  # this process may be ended with its pool: leave nothing unwritten
+            return outcome
+        _follow(task, local=local, n_threads=threads, rank=rank, world_size=world, labels=devices.label(devices.ids).split(","))
+        return None
+    finally:
+        dist.destroy_process_group()
+
+
+def _follow(task: TrialTask, *, local: list[str], n_threads: int, rank: int, world_size: int, labels: list[str]) -> None:
+    ctx = TrialContext(
+        spec=task.spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
+        study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
+        worker=_worker_address(), resumed=task.resume, run=None, rank=rank, world_size=world_size,
+        device_ids=labels,
+    )
+    objective = _objective(task)
+    trial = DistributedTrial(None, number=task.trial_number)
+    try:
+        objective(trial, ctx) if _wants_context(objective) else objective(trial)
+    except (optuna.TrialPruned, TrialDiverged):
+        pass  # rank 0 records the decision
 
 
 def flush_tracking(timeout: float = 120.0) -> int:

@@ -679,6 +679,13 @@ class ClusterSpec(_Spec):
             "Default auto."
         ),
     )
+    slots: _AutoOrInt = Field(
+        default="auto",
+        description=(
+            "CPU slots of the local cluster where it has no GPUs (a trial of gpus_per_trial=k "
+            "takes k slots, one rank each): 'auto' (one per core) or >= 1. Default auto."
+        ),
+    )
 
 
 class TrackingSpec(_Spec):

@@ -105,6 +105,45 @@ class Study:
 
         return optuna.load_study(study_name=self.spec.name, storage=open_storage(self.storage_url))
 
+    @property
+    def trial_sizes(self) -> list[int]:
+        """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
+        p = self.spec.space.get("gpus_per_trial")
+        if p is None:
+            return [int(self.spec.objective.gpus_per_trial or 1)]
+        if p.type == "categorical":
+            return sorted({int(c) for c in p.choices})
+        return list(range(int(p.low), int(p.high) + 1, int(getattr(p, "step", 1) or 1)))
+
+    def _gpus(self) -> list[int] | None:
+        """The GPUs the local cluster may use (``cluster.gpus``), or ``None`` for CPU slots."""
+        from hpsearch.cluster import discover_gpus
+        from hpsearch.exceptions import GpuAllocationError
+
+        wanted = self.spec.cluster.gpus
+        if wanted == "none":
+            return None
+        found = [g.index for g in discover_gpus()]
+        if wanted == "auto":
+            return found or None
+        missing = [g for g in wanted if g not in found]
+        if missing:
+            where = f"{self.spec.source}: " if self.spec.source else ""
+            have = ", ".join(map(str, found)) or "none"
+            raise GpuAllocationError(
+                f"{where}cluster.gpus: GPU {', '.join(map(str, missing))} not found (visible GPUs: {have})",
+                needed=len(wanted), found=len(found),
+            )
+        return list(wanted)
+
+    @staticmethod
+    def _links(gpus: list[int] | None) -> dict[frozenset[int], int] | None:
+        if not gpus:
+            return None
+        from hpsearch.cluster import nvml_links
+
+        return nvml_links(gpus)
+
     # ------------------------------------------------------------------ running
 
     @contextlib.contextmanager
@@ -123,10 +162,15 @@ class Study:
             return
         from distributed import Client
 
-        n_workers = self.spec.cluster.n_workers
+        cfg = self.spec.cluster
+        gpus = self._gpus()
         cluster = start_local_cluster(
-            n_workers=None if n_workers in (None, "auto") else int(n_workers),
-            gpus_per_trial=int(self.spec.objective.gpus_per_trial or 1),
+            gpus=gpus,
+            gpus_per_trial=max(self.trial_sizes),
+            mixed_sizes=len(self.trial_sizes) > 1,
+            n_workers=None if cfg.n_workers in (None, "auto") else int(cfg.n_workers),
+            n_slots=None if cfg.slots in (None, "auto") else int(cfg.slots),
+            links=self._links(gpus),
         )
         client = Client(cluster)
         try:
@@ -159,7 +203,7 @@ class Study:
         try:
             with self._cluster() as client:
                 cap = capacity(client)
-                cap.check(int(spec.objective.gpus_per_trial or 1))
+                cap.check(max(self.trial_sizes))
 
                 self.layout.create()
                 self.layout.spec_file.write_text(spec.to_yaml())

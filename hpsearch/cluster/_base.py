@@ -28,6 +28,16 @@ class Capacity:
     per_worker: dict[str, float] = field(default_factory=dict)
     n_threads: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def total(self) -> float:
+        """All of ``key`` in the cluster."""
+        return sum(self.per_worker.values())
+
+    @property
+    def largest(self) -> float:
+        """The most of ``key`` one worker has: the largest trial that can run."""
+        return max(self.per_worker.values(), default=0.0)
+
     def concurrent_trials(self, size: int) -> int:
         """How many trials of ``size`` devices can run at once."""
         if self.key is None:

@@ -1,79 +1,157 @@
-"""The embedded default: a local cluster of Nanny worker processes, one per device set.
+"""Worker layouts, and the embedded default: a local cluster of Nanny worker processes.
+
+Two layouts, both holding the exclusivity invariant (no device in two running trials):
+
+- **one worker per set** (every trial has the same ``gpus_per_trial`` = k): the devices are
+  split into sets of k, and each set gets its own worker process, which sees only its set
+  (``CUDA_VISIBLE_DEVICES``), advertises ``GPU=k`` (or ``SLOT=k``) and runs one trial at a
+  time. The Dask scheduler alone decides placement.
+- **one worker per node** (``gpus_per_trial`` is searched, so sizes differ): the worker owns
+  all N devices, advertises ``GPU=N`` with N threads, and leases each trial an exclusive
+  subset through its :class:`~hpsearch.cluster.DeviceAllocator`. Dask's resource accounting
+  keeps the sizes in flight within N; the allocator picks the devices (linked ones first).
 
 ``LocalCluster`` gives every worker the same resources and environment, so the local
-cluster is a ``SpecCluster`` whose workers each get their own: the devices of their set
-(``CUDA_VISIBLE_DEVICES`` for GPUs), their share of the CPU threads, and the resource they
-advertise. Everything listens on 127.0.0.1.
+cluster is a ``SpecCluster`` whose workers each get their own. Everything listens on
+127.0.0.1.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from hpsearch.cluster._gpus import GpuPlan, plan_sets
+from hpsearch.exceptions import GpuAllocationError
 
 if TYPE_CHECKING:
     from distributed import SpecCluster
 
+#: The environment a worker gets from its layout (read by the trial runner).
+ENV_KIND = "HPSEARCH_DEVICE_KIND"  # "cuda" or "cpu"
+ENV_IDS = "HPSEARCH_DEVICE_IDS"  # physical GPU indices, or CPU slot ids: "2,3"
+ENV_THREADS = "HPSEARCH_THREADS"  # CPU threads of the whole worker
+ENV_LEASE = "HPSEARCH_LEASE"  # "1": the worker leases subsets to trials of different sizes
 
-def _cores() -> int:
+
+def cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
 
 
-def local_worker_specs(
-    *, n_workers: int | None, gpus_per_trial: int, n_cores: int | None = None
-) -> dict[str, dict[str, Any]]:
-    """The worker specs of a CPU-slot cluster (pure: nothing is started).
+def _worker(name: str, *, kind: str, ids: Sequence[int], threads: int, nthreads: int, lease: bool, resource: str) -> dict[str, Any]:
+    env = {
+        ENV_KIND: kind,
+        ENV_IDS: ",".join(map(str, ids)),
+        ENV_THREADS: str(threads),
+        # Dask's Nanny would pin these to 1; a trial's torch uses its share of the cores.
+        "OMP_NUM_THREADS": str(max(1, threads // max(1, nthreads))),
+        "MKL_NUM_THREADS": str(max(1, threads // max(1, nthreads))),
+        "MLFLOW_LOGGING_LEVEL": "WARNING",
+        "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+    }
+    if kind == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+    if lease:
+        env[ENV_LEASE] = "1"
+    return {
+        "cls": "distributed.Nanny",
+        "options": {
+            "nthreads": nthreads,
+            "resources": {resource: len(ids)},
+            "env": env,
+            "host": "127.0.0.1",
+            "dashboard": False,
+            "name": name,
+            "silence_logs": logging.WARNING,
+            "preload": ["hpsearch.preload"],
+        },
+    }
 
-    Each worker owns ``gpus_per_trial`` CPU slots; ``n_workers`` defaults to as many as the
-    cores allow (at least one). Threads are shared out evenly.
+
+def worker_specs(
+    *,
+    gpus: Sequence[int] | None,
+    gpus_per_trial: int,
+    mixed_sizes: bool = False,
+    n_workers: int | None = None,
+    n_slots: int | None = None,
+    n_cores: int | None = None,
+    links: Mapping[frozenset[int], int] | None = None,
+    prefix: str = "hpsearch",
+) -> tuple[dict[str, dict[str, Any]], GpuPlan]:
+    """The workers of one node (pure: nothing is started).
+
+    Args:
+        gpus: the node's GPU indices, or ``None`` (or empty) for CPU slots.
+        gpus_per_trial: the set size (the largest size, when ``mixed_sizes``).
+        mixed_sizes: trials of different sizes share the node (one leasing worker).
+        n_workers: CPU slots only: how many sets to make (default: as many as fit).
+        n_slots: CPU slots only: how many slots the node has (default: one per core).
+        n_cores: CPU cores to share out (default: this process's affinity).
+        links: GPU link scores for the planner.
+
+    Returns:
+        The worker specs by name, and the plan (which sets, which devices left over).
 
     Example:
-        >>> specs = local_worker_specs(n_workers=None, gpus_per_trial=1, n_cores=4)
-        >>> len(specs), specs["hpsearch-0"]["options"]["resources"]
-        (4, {'SLOT': 1})
-        >>> specs["hpsearch-0"]["options"]["env"]["HPSEARCH_THREADS"]
-        '1'
+        >>> specs, plan = worker_specs(gpus=[0, 1, 2, 3, 4], gpus_per_trial=2, n_cores=10)
+        >>> plan.sets, plan.leftover
+        (((0, 1), (2, 3)), (4,))
+        >>> specs["hpsearch-1"]["options"]["env"]["CUDA_VISIBLE_DEVICES"], specs["hpsearch-1"]["options"]["resources"]
+        ('2,3', {'GPU': 2})
     """
-    cores = n_cores or _cores()
-    n = n_workers or max(1, cores // max(1, gpus_per_trial))
-    threads = max(1, cores // n)
-    specs = {}
-    for i in range(n):
-        env = {
-            "HPSEARCH_DEVICES": "cpu",
-            "HPSEARCH_THREADS": str(threads),
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "MLFLOW_LOGGING_LEVEL": "WARNING",
-            "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
-        }
-        specs[f"hpsearch-{i}"] = {
-            "cls": "distributed.Nanny",
-            "options": {
-                "nthreads": 1,  # one trial at a time per device set
-                "resources": {"SLOT": gpus_per_trial},
-                "env": env,
-                "host": "127.0.0.1",
-                "dashboard": False,
-                "name": f"hpsearch-{i}",
-                "silence_logs": logging.WARNING,
-                "preload": ["hpsearch.preload"],
-            },
-        }
-    return specs
+    n_cores = n_cores or cores()
+    if gpus:
+        kind, resource, devices = "cuda", "GPU", list(gpus)
+    else:
+        kind, resource = "cpu", "SLOT"
+        slots = n_slots or (n_workers * gpus_per_trial if n_workers and not mixed_sizes else n_cores)
+        devices = list(range(slots))
+    if gpus_per_trial > len(devices):
+        what = "GPUs" if gpus else "CPU slots"
+        raise GpuAllocationError(
+            f"a trial needs gpus_per_trial={gpus_per_trial} {what} but this node has {len(devices)}",
+            needed=gpus_per_trial, found=len(devices),
+        )
+    if mixed_sizes:
+        plan = GpuPlan(len(devices), (tuple(devices),))
+        return {f"{prefix}-0": _worker(f"{prefix}-0", kind=kind, ids=devices, threads=n_cores, nthreads=len(devices), lease=True, resource=resource)}, plan
+    plan = plan_sets(devices, gpus_per_trial, links=links if gpus else None)
+    if not gpus and n_workers:
+        plan = GpuPlan(plan.size, plan.sets[:n_workers], plan.leftover + tuple(d for s in plan.sets[n_workers:] for d in s))
+    threads = max(1, n_cores // max(1, len(plan.sets)))
+    specs = {
+        f"{prefix}-{i}": _worker(f"{prefix}-{i}", kind=kind, ids=ids, threads=threads, nthreads=1, lease=False, resource=resource)
+        for i, ids in enumerate(plan.sets)
+    }
+    return specs, plan
 
 
-def start_local_cluster(*, n_workers: int | None, gpus_per_trial: int, dashboard: bool = False) -> SpecCluster:
-    """Start a local cluster of worker processes on 127.0.0.1."""
+def start_local_cluster(
+    *,
+    gpus: Sequence[int] | None = None,
+    gpus_per_trial: int = 1,
+    mixed_sizes: bool = False,
+    n_workers: int | None = None,
+    n_slots: int | None = None,
+    links: Mapping[frozenset[int], int] | None = None,
+    dashboard: bool = False,
+) -> SpecCluster:
+    """Start a local cluster of worker processes on 127.0.0.1 (one per set, or one leasing)."""
     import importlib.util
 
     from distributed import Nanny, Scheduler, SpecCluster
 
-    workers = local_worker_specs(n_workers=n_workers, gpus_per_trial=gpus_per_trial)
+    workers, plan = worker_specs(
+        gpus=gpus, gpus_per_trial=gpus_per_trial, mixed_sizes=mixed_sizes,
+        n_workers=n_workers, n_slots=n_slots, links=links,
+    )
+    if plan.leftover:
+        logging.getLogger(__name__).warning("%s", plan.describe())
     for spec in workers.values():
         spec["cls"] = Nanny
     dashboard_address = ":0" if dashboard and importlib.util.find_spec("bokeh") else None
@@ -81,6 +159,6 @@ def start_local_cluster(*, n_workers: int | None, gpus_per_trial: int, dashboard
         "cls": Scheduler,
         "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": dashboard_address},
     }
-    return SpecCluster(
-        workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch"
-    )
+    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")
+    cluster.hpsearch_plan = plan  # type: ignore[attr-defined]
+    return cluster

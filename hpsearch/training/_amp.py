@@ -103,3 +103,17 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and (
         "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate memory" in text
     )
+
+
+def describe_device(device: torch.device) -> tuple[str, int]:
+    """The device's name and memory in MiB (host memory for the CPU)."""
+    import platform
+
+    import torch
+
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.name, int(props.total_memory // (1024 * 1024))
+    import psutil
+
+    return platform.processor() or platform.machine(), int(psutil.virtual_memory().total // (1024 * 1024))

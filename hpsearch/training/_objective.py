@@ -26,7 +26,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
     from hpsearch.space import suggest
-    from hpsearch.training._amp import resolve_precision
+    from hpsearch.training._amp import describe_device, resolve_precision
     from hpsearch.training._checkpoint import CheckpointStore
     from hpsearch.training._loop import ClassifierTrainer
 
@@ -40,18 +40,28 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
     model = family.build(params, data).to(device)
+    if ctx.world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        if params.get("lr_scaling") == "linear":
+            params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
     trainer = ClassifierTrainer(
-        model, params, device=device, precision=precision, seed=seed * 7919 + trial.number
+        model, params, device=device, precision=precision, seed=seed * 7919 + trial.number,
+        rank=ctx.rank, world_size=ctx.world_size,
     )
-    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number)
-    state = checkpoints.load() if ctx.resumed else None
+    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main else None
+    state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
     first_epoch = 1
     if state is not None:
         trainer.load_state_dict(state["trainer"])
         first_epoch = int(state["epoch"]) + 1
+    name, memory = describe_device(device)
     ctx.set_tags({
         "hpsearch.precision": precision,
-        "hpsearch.world_size": 1,
+        "hpsearch.world_size": ctx.world_size,
+        "hpsearch.device_name": name,
+        "hpsearch.device_memory_mib": memory,
         "hpsearch.n_train": data.n_train,
         "hpsearch.n_val": data.n_val,
         "hpsearch.resumed_from_epoch": first_epoch - 1,
@@ -84,10 +94,22 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
             ctx.log_metrics(metrics, step=epoch)
         trial.report(value, epoch)
         if trial.should_prune():
-            checkpoints.delete()
+            if checkpoints is not None:
+                checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
-        if now - last_checkpoint >= interval:
+        if checkpoints is not None and now - last_checkpoint >= interval:
             checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
             last_checkpoint = now
     return value
+
+
+def _broadcast(state, ctx):  # type: ignore[no-untyped-def]
+    """Rank 0's checkpoint (or ``None``) on every rank."""
+    if ctx.world_size == 1:
+        return state
+    import torch.distributed as dist
+
+    box = [state]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

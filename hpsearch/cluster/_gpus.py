@@ -1,0 +1,288 @@
+"""GPU inventory and GPU sets.
+
+Discovery never initialises CUDA in the coordinator (a process that touched CUDA cannot
+fork cleanly, and it would hold a context on every GPU): it asks NVML (``nvidia-ml-py``)
+first, then ``nvidia-smi``, then torch in a subprocess. ``CUDA_VISIBLE_DEVICES`` is
+honoured: only the GPUs it lists are seen, in its order.
+
+The planner is pure: an inventory and a set size in, exclusive sets out, preferring GPUs
+that share a fast link when the topology is known. GPUs that do not fill a set are
+returned as ``leftover`` (and reported), never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from hpsearch.exceptions import GpuAllocationError
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as discovery found it (``index`` is the physical index CUDA uses)."""
+
+    index: int
+    name: str
+    memory_mib: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Exclusive GPU sets of one size, and the GPUs left over."""
+
+    size: int
+    sets: tuple[tuple[int, ...], ...]
+    leftover: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        text = f"{len(self.sets)} GPU set(s) of {self.size}: " + " ".join("[" + ",".join(map(str, s)) + "]" for s in self.sets)
+        if self.leftover:
+            text += f"; left over (fill no set of {self.size}): " + ",".join(map(str, self.leftover))
+        return text
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def _visible_filter(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
+    """Keep and order the GPUs named by ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs)."""
+    if visible is None:
+        return gpus
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    out: list[GpuInfo] = []
+    for w in wanted:
+        match = [g for g in gpus if (w.isdigit() and g.index == int(w)) or (g.uuid and g.uuid.startswith(w))]
+        if not match:
+            break  # CUDA stops at the first invalid entry
+        out.append(match[0])
+    return out
+
+
+def _from_nvml() -> list[GpuInfo] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
+            gpus.append(GpuInfo(i, name.decode() if isinstance(name, bytes) else name, int(mem), uuid.decode() if isinstance(uuid, bytes) else uuid))
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def parse_nvidia_smi(text: str) -> list[GpuInfo]:
+    """Parse ``nvidia-smi --query-gpu=index,name,memory.total,uuid --format=csv,noheader,nounits``.
+
+    Example:
+        >>> parse_nvidia_smi("0, NVIDIA H200, 143771, GPU-aa\\n1, NVIDIA H200, 143771, GPU-bb\\n")[1]
+        GpuInfo(index=1, name='NVIDIA H200', memory_mib=143771, uuid='GPU-bb')
+    """
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            gpus.append(GpuInfo(int(parts[0]), parts[1], int(float(parts[2])), parts[3] if len(parts) > 3 else ""))
+    return gpus
+
+
+def _from_nvidia_smi() -> list[GpuInfo] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,memory.total,uuid", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(out)
+
+
+_TORCH_PROBE = """
+import json, torch
+out = []
+if torch.cuda.is_available():
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append([i, p.name, p.total_memory // (1024 * 1024), str(getattr(p, "uuid", ""))])
+print(json.dumps(out))
+"""
+
+
+def _from_torch_subprocess() -> list[GpuInfo]:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    try:
+        out = subprocess.run([sys.executable, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120, env=env, check=True).stdout
+        return [GpuInfo(int(i), n, int(m), u) for i, n, m, u in json.loads(out.strip().splitlines()[-1])]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return []
+
+
+def discover_gpus(*, visible: str | None = None, use_env: bool = True) -> list[GpuInfo]:
+    """The GPUs this machine has, as CUDA would see them under ``CUDA_VISIBLE_DEVICES``."""
+    if use_env and visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    for probe in (_from_nvml, _from_nvidia_smi):
+        found = probe()
+        if found is not None:
+            return _visible_filter(found, visible)
+    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia")):
+        return []  # no NVIDIA driver here: do not pay for importing torch to find out
+    return _visible_filter(_from_torch_subprocess(), visible)
+
+
+def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
+    """Link scores between GPU pairs from NVML's topology (higher is faster), or ``None``.
+
+    NVLink between a pair scores 100 plus its link count; otherwise the common ancestor
+    decides (same board 50, same PCIe switch 40, same host bridge 30, same CPU 20, across
+    CPUs 10).
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+        ancestor_score = {
+            getattr(pynvml, "NVML_TOPOLOGY_INTERNAL", 0): 50,
+            getattr(pynvml, "NVML_TOPOLOGY_SINGLE", 10): 40,
+            getattr(pynvml, "NVML_TOPOLOGY_MULTIPLE", 20): 35,
+            getattr(pynvml, "NVML_TOPOLOGY_HOSTBRIDGE", 30): 30,
+            getattr(pynvml, "NVML_TOPOLOGY_NODE", 40): 20,
+            getattr(pynvml, "NVML_TOPOLOGY_SYSTEM", 50): 10,
+        }
+        uuid_of = {i: pynvml.nvmlDeviceGetUUID(h) for i, h in handles.items()}
+        scores: dict[frozenset[int], int] = {}
+        for a in indices:
+            nvlinks: dict[str, int] = {}
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(handles[a], link):
+                        peer = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handles[a], link).busId
+                        nvlinks[str(peer)] = nvlinks.get(str(peer), 0) + 1
+                except Exception:
+                    break
+            for b in indices:
+                if b <= a:
+                    continue
+                bus_b = str(pynvml.nvmlDeviceGetPciInfo(handles[b]).busId)
+                if nvlinks.get(bus_b):
+                    scores[frozenset((a, b))] = 100 + nvlinks[bus_b]
+                    continue
+                try:
+                    level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b])
+                    scores[frozenset((a, b))] = ancestor_score.get(level, 10)
+                except Exception:
+                    scores[frozenset((a, b))] = 10
+        del uuid_of
+        return scores
+    finally:
+        pynvml.nvmlShutdown()
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def plan_sets(
+    devices: Sequence[int], size: int, *, links: Mapping[frozenset[int], int] | None = None
+) -> GpuPlan:
+    """Split ``devices`` into exclusive sets of ``size``, best-linked first.
+
+    Greedy: each set starts from the lowest free device whose best link is strongest, and
+    grows by the free device with the strongest total link to the set (ties: the lower
+    index). Without ``links`` this is plain consecutive chunks in inventory order.
+
+    Example:
+        >>> plan_sets([0, 1, 2, 3, 4], 2).sets, plan_sets([0, 1, 2, 3, 4], 2).leftover
+        (((0, 1), (2, 3)), (4,))
+        >>> nvlink = {frozenset((0, 2)): 118, frozenset((1, 3)): 118}
+        >>> plan_sets([0, 1, 2, 3], 2, links=nvlink).sets
+        ((0, 2), (1, 3))
+    """
+    if size < 1:
+        raise GpuAllocationError(f"gpus_per_trial must be >= 1, got {size}", needed=size)
+    if len(set(devices)) != len(devices):
+        raise GpuAllocationError(f"the GPU list names a device twice: {list(devices)}")
+    free = list(devices)
+    if not links:
+        n = len(free) // size
+        sets = tuple(tuple(free[i * size : (i + 1) * size]) for i in range(n))
+        return GpuPlan(size, sets, tuple(free[n * size :]))
+
+    def link(a: int, b: int) -> int:
+        return links.get(frozenset((a, b)), 0)
+
+    sets_list: list[tuple[int, ...]] = []
+    while len(free) >= size:
+        if size == 1:
+            first = free[0]
+        else:
+            first = max(free, key=lambda d: (max((link(d, o) for o in free if o != d), default=0), -free.index(d)))
+        chosen = [first]
+        while len(chosen) < size:
+            rest = [d for d in free if d not in chosen]
+            chosen.append(max(rest, key=lambda d: (sum(link(d, c) for c in chosen), -free.index(d))))
+        sets_list.append(tuple(sorted(chosen, key=free.index)))
+        free = [d for d in free if d not in chosen]
+    return GpuPlan(size, tuple(sets_list), tuple(free))
+
+
+@dataclass
+class DeviceAllocator:
+    """Leases exclusive subsets of one worker's devices to concurrent trials.
+
+    Used where one worker owns all of a node's devices and trials of different sizes share
+    them (``gpus_per_trial`` searched). Dask's resource accounting already guarantees that
+    the sizes in flight fit; the allocator picks which devices, preferring linked ones, and
+    guarantees that no device is leased twice. Thread-safe (trials run in worker threads).
+    """
+
+    devices: tuple[int, ...]
+    links: Mapping[frozenset[int], int] | None = None
+    leased: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+
+    def lease(self, size: int, owner: str) -> tuple[int, ...]:
+        with self._lock:
+            free = [d for d in self.devices if d not in self.leased]
+            if size > len(free):
+                raise GpuAllocationError(
+                    f"{owner} needs {size} device(s) but only {len(free)} of {len(self.devices)} are free",
+                    needed=size, found=len(free),
+                )
+            chosen = plan_sets(free, size, links=self.links).sets[0]
+            for d in chosen:
+                self.leased[d] = owner
+            return chosen
+
+    def release(self, devices: Sequence[int]) -> None:
+        with self._lock:
+            for d in devices:
+                self.leased.pop(d, None)

@@ -1,0 +1,49 @@
+"""The main loop of a rank process: connect to the worker, run the trials it hands over."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client
+
+from hpsearch.training._ranks import ENV_ADDRESS, ENV_AUTHKEY, ENV_PARENT
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the worker that started this rank is gone (orphaned ranks hold devices)."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(3)
+        time.sleep(0.5)
+
+
+def main() -> None:
+    parent = int(os.environ[ENV_PARENT])
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    host, port = os.environ[ENV_ADDRESS].rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
+    conn.send({"pid": os.getpid()})
+    from hpsearch.runner import run_rank
+
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        if kind != "trial":
+            continue
+        try:
+            result = run_rank(payload)
+            conn.send(("done", result, None))
+        except BaseException as exc:  # reported to the worker, which ends the trial
+            text = f"rank {payload.get('rank')}: {type(exc).__name__}: {exc}"
+            try:
+                conn.send(("done", None, text + "\n" + traceback.format_exc()))
+            except (EOFError, OSError):
+                return
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Data-parallel trials: warm rank processes, one per device, reused across trials.
+
+A trial of k > 1 devices runs as k rank processes (one per device; NCCL on CUDA, gloo on
+CPU) under a process group made for that trial. The rank processes are started once per
+worker and device and kept: a trial then pays neither the Python + torch start-up (about
+6 s here) nor loading the data again, only the process group (a fraction of a second).
+
+Ranks never outlive their worker: each is started in its own session with a parent-death
+signal (SIGKILL when the worker dies) and a watchdog that exits when it is orphaned, and the
+pool kills a trial's ranks (their whole process groups) when one of them fails, so a rank
+that raises ends the trial instead of leaving the others hanging in a collective.
+
+Dask worker processes are daemonic and may not have ``multiprocessing`` children, so ranks
+are plain subprocesses that connect back over a ``multiprocessing.connection`` socket on
+127.0.0.1 (stdlib pickling and authentication: a hand-off of work, not an RPC layer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Listener, wait
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENV_ADDRESS = "HPSEARCH_RANK_ADDRESS"
+ENV_AUTHKEY = "HPSEARCH_RANK_AUTHKEY"
+ENV_PARENT = "HPSEARCH_RANK_PARENT"
+
+#: Seconds the other ranks get to finish once rank 0 has its result (they are then killed).
+GRACE_S = 10.0
+START_TIMEOUT_S = 120.0
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent dies (Linux); no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    reason: str
+
+
+class _RankProcess:
+    def __init__(self, popen: subprocess.Popen[bytes], conn: Connection, key: tuple[str, int, int]) -> None:
+        self.popen = popen
+        self.conn = conn
+        self.key = key
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.popen.wait(5)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class RankPool:
+    """The warm rank processes of one worker process, by (device kind, device id, threads)."""
+
+    def __init__(self) -> None:
+        self._authkey = secrets.token_bytes(16)
+        self._listener = Listener(("127.0.0.1", 0), authkey=self._authkey)
+        self._procs: dict[tuple[str, int, int], _RankProcess] = {}
+        self._lock = threading.Lock()
+        self._arrived: dict[int, Connection] = {}
+        self._cond = threading.Condition()
+        threading.Thread(target=self._accept_loop, name="hpsearch-rank-accept", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+                hello = conn.recv()
+            except Exception:
+                continue
+            with self._cond:
+                self._arrived[int(hello["pid"])] = conn
+                self._cond.notify_all()
+
+    def _start(self, kind: str, device_id: int, threads: int) -> _RankProcess:
+        env = dict(os.environ)
+        host, port = self._listener.address
+        env.update({
+            ENV_ADDRESS: f"{host}:{port}",
+            ENV_AUTHKEY: self._authkey.hex(),
+            ENV_PARENT: str(os.getpid()),
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "HPSEARCH_THREADS": str(threads),
+        })
+        if kind == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = str(device_id)
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "hpsearch.training._rank_main"],
+            env=env, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with self._cond:
+            while popen.pid not in self._arrived:
+                if popen.poll() is not None:
+                    raise RuntimeError(f"rank process for {kind}:{device_id} exited with {popen.returncode} at start")
+                if time.monotonic() > deadline:
+                    popen.kill()
+                    raise RuntimeError(f"rank process for {kind}:{device_id} did not start in {START_TIMEOUT_S:.0f} s")
+                self._cond.wait(0.2)
+            conn = self._arrived.pop(popen.pid)
+        return _RankProcess(popen, conn, (kind, device_id, threads))
+
+    def _get(self, kind: str, device_id: int, threads: int) -> _RankProcess:
+        key = (kind, device_id, threads)
+        with self._lock:
+            proc = self._procs.get(key)
+            if proc is not None and not proc.alive():
+                proc.kill()
+                proc = None
+            if proc is None:
+                proc = self._procs[key] = self._start(kind, device_id, threads)
+            return proc
+
+    def _drop(self, procs: list[_RankProcess]) -> None:
+        with self._lock:
+            for proc in procs:
+                proc.kill()
+                if self._procs.get(proc.key) is proc:
+                    del self._procs[proc.key]
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [p.popen.pid for p in self._procs.values() if p.alive()]
+
+    def run(self, payload: dict[str, Any], *, kind: str, device_ids: list[int], threads: int, timeout: float | None = None) -> tuple[Any, RankFailure | None]:
+        """Run one trial on the ranks of ``device_ids``; return rank 0's result, or the failure."""
+        procs = [self._get(kind, d, threads) for d in device_ids]
+        port = _free_port()
+        for rank, proc in enumerate(procs):
+            proc.conn.send(("trial", {**payload, "rank": rank, "world_size": len(procs), "master_port": port}))
+        pending = {proc.conn: rank for rank, proc in enumerate(procs)}
+        result: Any = None
+        failure: RankFailure | None = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        grace_end: float | None = None
+        while pending:
+            ready = wait(list(pending), timeout=0.5)
+            for conn in ready:
+                rank = pending.pop(conn)
+                try:
+                    _, value, error = conn.recv()
+                except (EOFError, OSError):
+                    error = f"rank {rank} died ({_exit_text(procs[rank].popen)})"
+                    value = None
+                if error is not None and failure is None:
+                    failure = RankFailure(rank, error)
+                if rank == 0:
+                    result = value
+                    grace_end = time.monotonic() + GRACE_S
+            for conn, rank in list(pending.items()):
+                if not procs[rank].alive() and conn not in ready:
+                    pending.pop(conn)
+                    if failure is None:
+                        failure = RankFailure(rank, f"rank {rank} died ({_exit_text(procs[rank].popen)})")
+            now = time.monotonic()
+            if failure is not None or (grace_end is not None and now > grace_end and pending) or (deadline is not None and now > deadline):
+                if failure is None and deadline is not None and now > deadline:
+                    failure = RankFailure(-1, f"timed out after {timeout:g} s")
+                if pending or failure is not None:
+                    self._drop(procs)  # the others may hang in a collective: end them
+                break
+        return result, failure
+
+    def close(self) -> None:
+        with self._lock:
+            for proc in self._procs.values():
+                proc.kill()
+            self._procs.clear()
+
+
+def _exit_text(popen: subprocess.Popen[bytes]) -> str:
+    code = popen.poll()
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_pool: RankPool | None = None
+_pool_lock = threading.Lock()
+
+
+def rank_pool() -> RankPool:
+    """This worker process's rank pool (started on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = RankPool()
+        return _pool
