@@ -343,7 +343,7 @@ def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads:
 
     start = time.perf_counter()
     result, failure = rank_pool().run(
-        {"task": task, "kind": devices.kind, "device_ids": ids},
+        {"task": task, "kind": devices.kind, "device_ids": ids, "worker": _worker_address()},
         kind=devices.kind, device_ids=ids, threads=threads,
         timeout=task.spec.objective.trial_timeout,
     )
@@ -373,10 +373,11 @@ def execute(
     n_threads: int,
     rank: int = 0,
     world_size: int = 1,
+    worker: str | None = None,
 ) -> TrialOutcome:
     """Run the objective in this process: the trial's only rank, or its rank 0."""
     start = time.perf_counter()
-    worker, pid = _worker_address(), os.getpid()
+    worker, pid = worker or _worker_address(), os.getpid()
     spec = task.spec
     outcome = TrialOutcome(task.trial_number, "FAIL", worker=worker, pid=pid)
     run = TrialRun(
@@ -535,7 +536,10 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
         local = ["cuda:0" if kind == "cuda" else "cpu"]
         devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
         if rank == 0:
-            outcome = execute(task, devices=devices, device_ids=list(devices.ids), local=local, n_threads=threads, rank=0, world_size=world)
+            outcome = execute(
+                task, devices=devices, device_ids=list(devices.ids), local=local, n_threads=threads,
+                rank=0, world_size=world, worker=payload.get("worker"),
+            )
             from hpsearch.tracking import flush
 
             flush(60.0)  # this process may be ended with its pool: leave nothing unwritten
@@ -550,7 +554,7 @@ def _follow(task: TrialTask, *, local: list[str], n_threads: int, rank: int, wor
     ctx = TrialContext(
         spec=task.spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
         study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
-        worker=_worker_address(), resumed=task.resume, run=None, rank=rank, world_size=world_size,
+        worker="", resumed=task.resume, run=None, rank=rank, world_size=world_size,
         device_ids=labels,
     )
     objective = _objective(task)

@@ -154,10 +154,13 @@ def start_local_cluster(
         logging.getLogger(__name__).warning("%s", plan.describe())
     for spec in workers.values():
         spec["cls"] = Nanny
-    dashboard_address = ":0" if dashboard and importlib.util.find_spec("bokeh") else None
+    with_dashboard = dashboard and importlib.util.find_spec("bokeh") is not None
     scheduler = {
         "cls": Scheduler,
-        "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": dashboard_address},
+        "options": {
+            "host": "127.0.0.1", "port": 0, "dashboard": with_dashboard,
+            "dashboard_address": "127.0.0.1:0" if with_dashboard else None,
+        },
     }
     cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")
     cluster.hpsearch_plan = plan  # type: ignore[attr-defined]

@@ -66,3 +66,64 @@ def sleepy(trial: optuna.Trial) -> float:
         trial.report(x, step)
         time.sleep(1.0)
     return x
+
+
+def _note(ctx: object, trial: optuna.Trial, text: str) -> None:
+    """Append a line to this rank's notes file in the study folder (for tests)."""
+    folder = getattr(ctx, "study_dir")
+    rank = getattr(ctx, "rank", 0)
+    with open(folder / f"notes-{trial.number}-rank{rank}.txt", "a") as f:
+        f.write(text + "\n")
+
+
+def ranked_staircase(trial: optuna.Trial, ctx: object) -> float:
+    """Like ``staircase`` on every rank of a data-parallel trial; each rank notes its steps."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(5):
+        _note(ctx, trial, f"step {step}")
+        trial.report(x + 0.01 * step, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return x
+
+
+def rank1_raises(trial: optuna.Trial, ctx: object) -> float:
+    """Rank 1 raises at step 2 of trial 0 while rank 0 waits in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(4):
+        if trial.number == 0 and step == 2 and getattr(ctx, "rank", 0) == 1:
+            raise RuntimeError("rank 1 broke on purpose")
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        trial.report(x, step)
+    return x
+
+
+def ranked_sleepy(trial: optuna.Trial, ctx: object) -> float:
+    """Reports once a second for 8 steps on every rank (to be killed)."""
+    import torch
+    import torch.distributed as dist
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(8):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        trial.report(x, step)
+        time.sleep(1.0)
+    return x
+
+
+def record_devices(trial: optuna.Trial, ctx: object) -> float:
+    """Records the devices it ran on and when (for exclusivity checks)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    size = trial.suggest_categorical("gpus_per_trial", [1, 2])
+    start = time.time()
+    time.sleep(0.4)
+    if getattr(ctx, "rank", 0) == 0:
+        trial.set_user_attr("devices", list(getattr(ctx, "device_ids", [])))
+        trial.set_user_attr("span", [start, time.time()])
+        trial.set_user_attr("size", size)
+    return x

@@ -1,0 +1,160 @@
+"""Data-parallel trials for real: gloo ranks in their own processes, on CPU slots."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import optuna
+import psutil
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from hpsearch import Study
+from hpsearch.testing import user_spec
+
+from .conftest import mlflow_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _study(run_dir, name):
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(run_dir / name / "optuna.journal"))))
+
+
+@pytest.fixture(scope="module")
+def two_slot_client():
+    """A local cluster with one worker owning 2 CPU slots: trials of 2 ranks run there."""
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close(timeout=20)
+
+
+def _cnn(name, size, epochs=3):
+    return {
+        "name": name,
+        "objective": {"model": "cnn", "epochs": epochs, "precision": "fp32", "gpus_per_trial": size,
+                      "params": {"batch_size": 64, "dropout": 0.0}, "checkpoint_interval": 0},
+        "space": {"lr": {"type": "categorical", "choices": [0.003]}},
+        "search": {"n_trials": 1, "sampler": "random", "pruner": "none", "seed": 0},
+    }
+
+
+def test_two_rank_trial_learns_and_matches_one_rank(run_dir, two_slot_client):
+    Study(_cnn("one-rank", 1), run_dir=run_dir, client=two_slot_client).run()
+    Study(_cnn("two-ranks", 2), run_dir=run_dir, client=two_slot_client).run()
+    one, two = _study(run_dir, "one-rank").trials[0], _study(run_dir, "two-ranks").trials[0]
+    assert one.state == two.state == TrialState.COMPLETE
+    assert two.value > 0.8, "the 2-rank trial learns"
+    for step in (1, 2, 3):
+        assert two.intermediate_values[step] == pytest.approx(one.intermediate_values[step], abs=0.03)
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "two-ranks")
+    (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert run.data.tags["hpsearch.world_size"] == "2"
+    assert run.data.tags["hpsearch.devices"] == "slot:0,slot:1"
+    assert run.data.tags["hpsearch.precision"] == "fp32"
+    assert run.data.metrics["samples_per_s"] > 0
+    loss1 = client.get_metric_history(run.info.run_id, "train_loss")
+    _, runs1 = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "one-rank")
+    (run1,) = [r for r in runs1 if "hpsearch.trial_number" in r.data.tags]
+    loss0 = client.get_metric_history(run1.info.run_id, "train_loss")
+    assert [m.value for m in loss1] == pytest.approx([m.value for m in loss0], rel=0.05)
+
+
+def test_pruning_stops_every_rank_at_the_same_step(run_dir, two_slot_client):
+    spec = user_spec("ddp-prune", "hpsearch.testing.objectives:ranked_staircase", n_trials=8, max_concurrent=1)
+    spec["objective"]["gpus_per_trial"] = 2
+    spec["search"]["pruner"] = {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}
+    Study(spec, run_dir=run_dir, client=two_slot_client).run()
+    study = _study(run_dir, "ddp-prune")
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    assert pruned, "some trials are pruned"
+    for t in study.trials:
+        steps = [(run_dir / "ddp-prune" / f"notes-{t.number}-rank{r}.txt").read_text().split("\n")[:-1] for r in (0, 1)]
+        assert steps[0] == steps[1], "both ranks ran the same steps"
+        if t.state == TrialState.PRUNED:
+            assert steps[0][-1] == f"step {max(t.intermediate_values)}"
+        else:
+            assert len(steps[0]) == 5
+
+
+def test_a_rank_that_raises_fails_the_trial_without_a_hang(run_dir, two_slot_client):
+    spec = user_spec("ddp-raise", "hpsearch.testing.objectives:rank1_raises", n_trials=2, max_concurrent=1)
+    spec["objective"]["gpus_per_trial"] = 2
+    spec["search"]["pruner"] = "none"
+    Study(spec, run_dir=run_dir, client=two_slot_client).run()
+    trials = _study(run_dir, "ddp-raise").trials
+    assert trials[0].state == TrialState.FAIL
+    assert "rank 1" in trials[0].user_attrs["hpsearch.fail_reason"]
+    assert "broke on purpose" in trials[0].user_attrs["hpsearch.fail_reason"]
+    assert trials[1].state == TrialState.COMPLETE, "fresh ranks run the next trial"
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "ddp-raise")
+    failed = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == "0"]
+    assert failed[0].info.status == "FAILED" and "rank 1" in failed[0].data.tags["hpsearch.fail_reason"]
+
+
+def test_a_killed_worker_leaves_no_rank_process(run_dir):
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
+    client = Client(cluster)
+    try:
+        spec = user_spec("ddp-kill", "hpsearch.testing.objectives:ranked_sleepy", n_trials=1)
+        spec["objective"]["gpus_per_trial"] = 2
+        study = Study(spec, run_dir=run_dir, client=client)
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (study.run(), done.set()), daemon=True)
+        thread.start()
+        (worker_pid,) = client.run(os.getpid).values()
+        ranks: list[psutil.Process] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [p for p in psutil.Process(worker_pid).children(recursive=True) if "_rank_main" in " ".join(p.cmdline())]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the trial runs on 2 rank processes"
+        os.kill(worker_pid, signal.SIGKILL)
+        gone, alive = psutil.wait_procs(ranks, timeout=10)
+        assert not alive, f"rank processes outlived their worker: {[p.pid for p in alive]}"
+        thread.join(timeout=120)
+        assert done.is_set(), "the study goes on after the kill"
+        (trial,) = _study(run_dir, "ddp-kill").trials
+        assert trial.state.is_finished()
+    finally:
+        client.close()
+        cluster.close(timeout=20)
+
+
+def test_trials_of_different_sizes_never_share_a_device(run_dir):
+    spec = user_spec(
+        "exclusive", "hpsearch.testing.objectives:record_devices", n_trials=12,
+        space={"x": {"type": "float", "low": 0.0, "high": 1.0}, "gpus_per_trial": {"type": "categorical", "choices": [1, 2]}},
+    )
+    spec["search"]["pruner"] = "none"
+    spec["cluster"] = {"slots": 4}
+    Study(spec, run_dir=run_dir).run()
+    trials = _study(run_dir, "exclusive").trials
+    assert all(t.state == TrialState.COMPLETE for t in trials), [t.user_attrs for t in trials]
+    assert {t.user_attrs["size"] for t in trials} == {1, 2}
+    for t in trials:
+        assert len(t.user_attrs["devices"]) == t.user_attrs["size"]
+    overlapping = 0
+    for a in trials:
+        for b in trials:
+            if a.number < b.number:
+                (s1, e1), (s2, e2) = a.user_attrs["span"], b.user_attrs["span"]
+                if s1 < e2 and s2 < e1:
+                    overlapping += 1
+                    assert not set(a.user_attrs["devices"]) & set(b.user_attrs["devices"]), (a.user_attrs, b.user_attrs)
+    assert overlapping, "trials ran concurrently"
