@@ -159,7 +159,7 @@ def start_local_cluster(
         "cls": Scheduler,
         "options": {
             "host": "127.0.0.1", "port": 0, "dashboard": with_dashboard,
-            "dashboard_address": "127.0.0.1:0" if with_dashboard else None,
+            "dashboard_address": "127.0.0.1:0",  # its HTTP server (health, metrics) too
         },
     }
     cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")

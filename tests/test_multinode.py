@@ -1,0 +1,74 @@
+"""The multi-node path on one machine: a `dask scheduler`, `hpsearch worker` and plain `dask worker`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from hpsearch import Study
+from hpsearch.testing import user_spec
+
+pytestmark = pytest.mark.slow
+BIN = os.path.dirname(sys.executable)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_workers(address: str, n: int, timeout: float = 90) -> dict:
+    from distributed import Client
+
+    with Client(address, timeout=30) as client:
+        client.wait_for_workers(n, timeout=timeout)
+        return client.scheduler_info(n_workers=-1)["workers"]
+
+
+def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_path):
+    port = _port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1", "--name", "hp"], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        # The documented by-hand path: plain dask worker, resources and devices set by hand.
+        procs.append(subprocess.Popen([f"{BIN}/dask", "worker", address, "--name", "plain", "--nthreads", "1", "--resources", "SLOT=1", "--preload", "hpsearch.preload"], env={**env, "HPSEARCH_DEVICE_KIND": "cpu"}, start_new_session=True, stderr=subprocess.DEVNULL))
+        workers = _wait_workers(address, 2)
+        assert sorted(w["name"] for w in workers.values()) == ["hp-0", "plain"]
+        assert all(w["resources"] == {"SLOT": 1.0} for w in workers.values())
+        spec = user_spec("remote", "hpsearch.testing.objectives:staircase", n_trials=8)
+        spec["cluster"] = {"scheduler": address}
+        result = Study(spec, run_dir=run_dir).run()
+        assert result.progress.ended == 8
+        study = optuna.load_study(study_name="remote", storage=JournalStorage(JournalFileBackend(str(run_dir / "remote" / "optuna.journal"))))
+        assert {t.user_attrs["hpsearch.worker"] for t in study.trials} <= set(workers)
+        assert len(study.trials) == 8
+        spec["objective"]["gpus_per_trial"] = 2
+        spec["name"] = "too-big"
+        from hpsearch.exceptions import ClusterError
+
+        with pytest.raises(ClusterError, match="gpus_per_trial=2"):
+            Study(spec, run_dir=run_dir).run()
+        assert not (run_dir / "too-big").exists(), "a study the cluster cannot run creates nothing"
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
