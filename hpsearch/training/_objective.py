@@ -82,11 +82,13 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
     interval = float(spec.objective.checkpoint_interval)
     last_checkpoint = -math.inf
     for epoch in range(first_epoch, spec.objective.epochs + 1):
+        epoch_start = time.perf_counter()
         train = trainer.train_epoch(data, epoch)
         val = trainer.evaluate(data)
+        train["epoch_s"] = time.perf_counter() - epoch_start
         if not math.isfinite(train["train_loss"]):
             raise TrialDiverged(f"train_loss is {train['train_loss']} at step {epoch}", step=epoch, value=train["train_loss"])
-        metrics = {"train_loss": train["train_loss"], "samples_per_s": train["samples_per_s"], **val}
+        metrics = {"train_loss": train["train_loss"], "samples_per_s": train["samples_per_s"], "epoch_s": train["epoch_s"], **val}
         if metric not in metrics:
             raise KeyError(f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})")
         value = metrics.pop(metric)
