@@ -1,0 +1,181 @@
+"""The GPU check: one prepared script for a CUDA machine (under 8 minutes), one table.
+
+1. samples/s of the CNN at fp32 / bf16 / fp16 on one GPU (hpsearch's trainer, autocast and
+   grad scaler as a trial uses them);
+2. a 1-GPU trial against an all-GPU data-parallel trial (NCCL ranks): scaling efficiency;
+3. concurrent trials on disjoint GPU sets: each trial's devices, and the GPUs' mean
+   utilisation over the study (sampled with NVML or nvidia-smi).
+
+    python benchmarks/gpu_check.py [--epochs 3] [--size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import optuna  # noqa: E402
+
+from _common import table  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore")
+
+
+class Utilisation:
+    """Samples every GPU's utilisation (percent) in a thread while a study runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self) -> list[float]:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return [float(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:
+            exe = shutil.which("nvidia-smi")
+            if exe is None:
+                return []
+            out = subprocess.run([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+            return [float(x) for x in out.split()]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            values = self._read()
+            if values:
+                self.samples.append(values)
+            time.sleep(0.5)
+
+    def __enter__(self) -> "Utilisation":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def mean(self) -> float:
+        flat = [v for s in self.samples for v in s]
+        return sum(flat) / len(flat) if flat else float("nan")
+
+
+def precision_rows(epochs: int, size: int) -> list[tuple]:
+    import torch
+
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.training._loop import ClassifierTrainer
+
+    data = load_dataset({"name": "digits", "size": size}, seed=0)
+    device = torch.device("cuda:0")
+    rows = []
+    for precision in ("fp32", "bf16", "fp16"):
+        torch.manual_seed(0)
+        params = {"channels": 64, "n_blocks": 3, "dense_units": 256, "batch_size": 256, "lr": 1e-3}
+        model = get_family("cnn").build(params, data).to(device)
+        trainer = ClassifierTrainer(model, params, device=device, precision=precision, seed=0)
+        trainer.train_epoch(data, 0)  # warm-up: cuDNN autotuning, allocations
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        n = 0.0
+        for epoch in range(1, epochs + 1):
+            n += trainer.train_epoch(data, epoch)["samples"]
+        torch.cuda.synchronize()
+        rate = n / (time.perf_counter() - start)
+        acc = trainer.evaluate(data)["val_accuracy"]
+        rows.append((f"1 GPU, {precision}", f"{rate:.0f} samples/s", f"val_accuracy {acc:.3f}, skipped fp16 steps {trainer.skipped_steps}"))
+    return rows
+
+
+def _spec(name: str, gpus_per_trial: int, n_trials: int, epochs: int, size: int) -> dict:
+    return {
+        "name": name,
+        "objective": {"model": "cnn", "dataset": {"name": "digits", "size": size}, "epochs": epochs, "precision": "auto",
+                      "gpus_per_trial": gpus_per_trial, "params": {"batch_size": 256, "channels": 64, "n_blocks": 3}},
+        "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
+        "search": {"n_trials": n_trials, "sampler": "random", "pruner": "none", "seed": 0},
+    }
+
+
+def _runs(result, name):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=result.mlflow_uri)
+    exp = client.get_experiment_by_name(name)
+    return client, [r for r in client.search_runs([exp.experiment_id]) if "hpsearch.trial_number" in r.data.tags]
+
+
+def scaling_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tuple]:
+    import statistics
+
+    from hpsearch import Study
+
+    rates = {}
+    for k in sorted({1, n_gpus}):
+        name = f"scale-{k}"
+        result = Study(_spec(name, k, 1, epochs + 1, size), run_dir=folder).run()
+        client, runs = _runs(result, name)
+        history = client.get_metric_history(runs[0].info.run_id, "samples_per_s")
+        rates[k] = statistics.median(m.value for m in history[1:])
+    rows = [(f"{k} GPU trial" + (" (NCCL DDP)" if k > 1 else ""), f"{r:.0f} samples/s", f"precision {runs[0].data.tags.get('hpsearch.precision')}") for k, r in rates.items()]
+    if n_gpus > 1:
+        eff = rates[n_gpus] / (n_gpus * rates[1])
+        rows.append((f"scaling efficiency 1 -> {n_gpus} GPUs", f"{eff:.2f}", "ideal 1.00"))
+    return rows
+
+
+def concurrency_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tuple]:
+    from hpsearch import Study
+
+    per = 2 if n_gpus >= 4 else 1
+    sets = n_gpus // per
+    name = "concurrent"
+    with Utilisation() as util:
+        start = time.time()
+        result = Study(_spec(name, per, 2 * sets, epochs, size), run_dir=folder).run()
+        wall = time.time() - start
+    _, runs = _runs(result, name)
+    devices = sorted((int(r.data.tags["hpsearch.trial_number"]), r.data.tags.get("hpsearch.devices")) for r in runs)
+    rows = [(f"{2 * sets} trials on {sets} set(s) of {per}", f"{wall:.1f} s", "; ".join(f"#{n}: {d}" for n, d in devices))]
+    rows.append(("mean GPU utilisation over the study", f"{util.mean():.0f} %", f"{len(util.samples)} samples"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--size", type=int, default=64, help="digits resized to size x size")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("gpu_check needs a CUDA device (torch.cuda.is_available() is False)")
+    from hpsearch.cluster import discover_gpus
+
+    gpus = discover_gpus()
+    print(json.dumps([g.__dict__ for g in gpus]), file=sys.stderr)
+    folder = Path(tempfile.mkdtemp(prefix="hpsearch-gpu-"))
+    rows = precision_rows(args.epochs, args.size)
+    rows += scaling_rows(len(gpus), args.epochs, args.size, folder)
+    rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
+    names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))
+    print(f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, CUDA {torch.version.cuda}\n")
+    print(table(["check", "result", "detail"], rows))
+
+
+if __name__ == "__main__":
+    main()
