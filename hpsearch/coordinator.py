@@ -52,6 +52,7 @@ class Progress:
     best_number: int | None = None
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    tracked: float | None = None  # when every worker's MLflow writes had landed
     last: TrialOutcome | None = None
 
     @property

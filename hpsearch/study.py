@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +240,7 @@ class Study:
                 progress = coordinator.run()
                 status = "FINISHED"
                 client.run(flush_tracking)  # every worker's MLflow writes are in
+                progress.tracked = time.monotonic()
         finally:
             # The cluster is closed by now (local) or the trials cancelled (remote): what the
             # workers could not close, the coordinator closes with the trials' true states.
