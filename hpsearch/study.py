@@ -137,6 +137,27 @@ class Study:
             )
         return list(wanted)
 
+    def _remote_scheduler(self) -> str | None:
+        """The scheduler's host when it is another machine (not loopback), else ``None``."""
+        address = self.spec.cluster.scheduler
+        if self.client is not None:
+            address = self.client.scheduler.address
+        if not address:
+            return None
+        from distributed.comm import get_address_host
+
+        host = get_address_host(address)
+        return None if host in ("127.0.0.1", "localhost", "::1", "") else host
+
+    @staticmethod
+    def _proxy_host(remote: str | None) -> str:
+        """Where the storage proxy listens: loopback, or the interface that reaches the scheduler."""
+        if remote is None:
+            return "127.0.0.1"
+        from distributed.utils import get_ip
+
+        return get_ip(remote)
+
     @staticmethod
     def _links(gpus: list[int] | None) -> dict[frozenset[int], int] | None:
         if not gpus:
@@ -196,6 +217,15 @@ class Study:
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
+        remote = self._remote_scheduler()
+        if remote and self.mlflow_uri.startswith(("sqlite:", "file:")):
+            from hpsearch.exceptions import TrackingError
+
+            where = f"{spec.source}: " if spec.source else ""
+            raise TrackingError(
+                f"{where}tracking.mlflow_uri: workers on other machines cannot write {self.mlflow_uri} "
+                "(a file on this machine); use an MLflow server (http://HOST:5000) or a database URL"
+            )
         check_reachable(self.mlflow_uri)
         status = "KILLED"
         tracker: StudyTracker | None = None
@@ -231,7 +261,7 @@ class Study:
                     },
                     spec_yaml=spec.to_yaml(),
                 )
-                proxy = StorageProxy(storage).start()
+                proxy = StorageProxy(storage, host=self._proxy_host(remote)).start()
                 coordinator = Coordinator(
                     spec, study, client=client, capacity=cap, proxy=proxy.address,
                     tracking=target, study_dir=str(self.layout.study_dir),
