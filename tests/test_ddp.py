@@ -158,3 +158,16 @@ def test_trials_of_different_sizes_never_share_a_device(run_dir):
                     overlapping += 1
                     assert not set(a.user_attrs["devices"]) & set(b.user_attrs["devices"]), (a.user_attrs, b.user_attrs)
     assert overlapping, "trials ran concurrently"
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_under_ddp(run_dir, two_slot_client, precision):
+    spec = _cnn(f"ddp-{precision}", 2, epochs=2)
+    spec["objective"]["precision"] = precision
+    Study(spec, run_dir=run_dir, client=two_slot_client).run()
+    (trial,) = _study(run_dir, f"ddp-{precision}").trials
+    assert trial.state == TrialState.COMPLETE and trial.value > 0.5
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", f"ddp-{precision}")
+    (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert run.data.tags["hpsearch.precision"] == precision
+    assert run.data.tags["hpsearch.world_size"] == "2"
