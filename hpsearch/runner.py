@@ -187,16 +187,11 @@ class TrackedTrial(optuna.Trial):
         return decision
 
 
-_reports_executor: ThreadPoolExecutor | None = None
-
-
 def _report_writer() -> ThreadPoolExecutor:
     """One thread per process sends reports to the study, in order."""
-    global _reports_executor
-    with _studies_lock:
-        if _reports_executor is None:
-            _reports_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpsearch-report")
-        return _reports_executor
+    from hpsearch._threads import ordered_executor
+
+    return ordered_executor("hpsearch-report")
 
 
 # Per-process caches: a worker runs many trials of the same study.

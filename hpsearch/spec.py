@@ -568,7 +568,21 @@ def _name_and_options(value: Any) -> Any:
     return value
 
 
-class SamplerSpec(_Spec):
+class _Strategy(_Spec):
+    """A name and the keyword options given to its Optuna class."""
+
+    name: Annotated[str, BeforeValidator(_expect_str)]
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the Optuna class. Default {}."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class SamplerSpec(_Strategy):
     """A sampler name and the keyword options given to its Optuna class.
 
     In a study file it is written as a name, or as a mapping with ``name`` plus options:
@@ -578,17 +592,9 @@ class SamplerSpec(_Spec):
     name: Annotated[str, BeforeValidator(_expect_str)] = Field(
         description="One of SAMPLER_CLASSES, lower case. Default 'tpe'."
     )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments for the Optuna sampler. Default {}."
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _lower(cls, value: str) -> str:
-        return value.lower()
 
 
-class PrunerSpec(_Spec):
+class PrunerSpec(_Strategy):
     """A pruner name and the keyword options given to its Optuna class.
 
     Written like the sampler: ``pruner: hyperband`` or
@@ -598,14 +604,6 @@ class PrunerSpec(_Spec):
     name: Annotated[str, BeforeValidator(_expect_str)] = Field(
         description="One of PRUNER_CLASSES, lower case. Default 'median'."
     )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments for the Optuna pruner. Default {}."
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _lower(cls, value: str) -> str:
-        return value.lower()
 
 
 class SearchSpec(_Spec):

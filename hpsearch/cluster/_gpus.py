@@ -12,13 +12,14 @@ returned as ``leftover`` (and reported), never silently dropped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from hpsearch.exceptions import GpuAllocationError
 
@@ -65,16 +66,29 @@ def _visible_filter(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
     return out
 
 
-def _from_nvml() -> list[GpuInfo] | None:
+@contextlib.contextmanager
+def _nvml() -> Iterator[Any]:
+    """NVML initialised for the block, or ``None`` where nvidia-ml-py or the driver is missing."""
     try:
         import pynvml
     except ImportError:
-        return None
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except Exception:
-        return None
+        yield None
+        return
     try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _from_nvml() -> list[GpuInfo] | None:
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -83,8 +97,6 @@ def _from_nvml() -> list[GpuInfo] | None:
             mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
             gpus.append(GpuInfo(i, name.decode() if isinstance(name, bytes) else name, int(mem), uuid.decode() if isinstance(uuid, bytes) else uuid))
         return gpus
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def parse_nvidia_smi(text: str) -> list[GpuInfo]:
@@ -156,15 +168,9 @@ def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
     decides (same board 50, same PCIe switch 40, same host bridge 30, same CPU 20, across
     CPUs 10).
     """
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
         handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
         ancestor_score = {
             getattr(pynvml, "NVML_TOPOLOGY_INTERNAL", 0): 50,
@@ -174,7 +180,6 @@ def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
             getattr(pynvml, "NVML_TOPOLOGY_NODE", 40): 20,
             getattr(pynvml, "NVML_TOPOLOGY_SYSTEM", 50): 10,
         }
-        uuid_of = {i: pynvml.nvmlDeviceGetUUID(h) for i, h in handles.items()}
         scores: dict[frozenset[int], int] = {}
         for a in indices:
             nvlinks: dict[str, int] = {}
@@ -197,10 +202,7 @@ def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
                     scores[frozenset((a, b))] = ancestor_score.get(level, 10)
                 except Exception:
                     scores[frozenset((a, b))] = 10
-        del uuid_of
         return scores
-    finally:
-        pynvml.nvmlShutdown()
 
 
 # ----------------------------------------------------------------------------- planning

@@ -12,24 +12,17 @@ import hashlib
 import io
 import logging
 import os
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from hpsearch._threads import ordered_executor
+
 log = logging.getLogger(__name__)
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
 
 def _writer() -> ThreadPoolExecutor:
     """One writer thread per process: checkpoints land in the order they were taken."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpsearch-checkpoint")
-        return _executor
+    return ordered_executor("hpsearch-checkpoint")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
