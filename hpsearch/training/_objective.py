@@ -66,7 +66,6 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         "hpsearch.n_val": data.n_val,
         "hpsearch.resumed_from_epoch": first_epoch - 1,
     })
-    metric = spec.metric
     value = float("nan") if state is None else float(state["value"])
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
