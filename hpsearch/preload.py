@@ -1,7 +1,8 @@
 """A Dask worker preload: import what trials need before the first trial arrives.
 
 A worker pays ``import mlflow`` (about 2 s here) and optuna's gRPC client once; without this,
-the first trial on every worker pays it, while the study is already running. The local
+the first trial on every worker pays it, while the study is already running. It also leaves
+Ctrl-C to the coordinator, which stops the trials and closes the cluster in order. The local
 cluster and ``hpsearch worker`` load it; for plain ``dask worker`` pass
 ``--preload hpsearch.preload``. Importing torch is left to the first trial that trains
 (a user objective may not need it).
@@ -13,7 +14,14 @@ from typing import Any
 
 
 def dask_setup(worker: Any) -> None:
+    import signal
+    import threading
     import warnings
+
+    # A terminal's Ctrl-C reaches the whole process group: the coordinator stops the trials
+    # and closes the cluster; a worker dying of it on its own would only print a traceback.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     import mlflow  # noqa: F401
     import optuna
