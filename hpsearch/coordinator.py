@@ -309,7 +309,9 @@ class Coordinator:
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop every trial in flight (or asked and waiting) and record it as failed with ``reason``."""
         for item in self._pending:
-            self._tell(_InFlight(item.number, item.trial_id, 0.0), TrialOutcome(item.number, "FAIL", reason=reason))
+            outcome = TrialOutcome(item.number, "FAIL", reason=reason)
+            self._tell(_InFlight(item.number, item.trial_id, 0.0), outcome)
+            self._count_outcome(outcome)
         self._pending = []
         if not self.in_flight:
             return
