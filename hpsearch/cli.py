@@ -49,9 +49,11 @@ def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
         spec = _load(file, {})
     except HpsearchError as exc:
         raise _user_error(exc) from None
+    from hpsearch.data import describe_dataset
+
     searched = ", ".join(spec.space) or "defined by the objective"
     typer.echo(
-        f"{file}: ok — study '{spec.name}': {spec.objective.model} on {spec.objective.dataset}, "
+        f"{file}: ok — study '{spec.name}': {spec.objective.model} on {describe_dataset(spec.objective.dataset)}, "
         f"{spec.search.n_trials} trials, {spec.direction.value} {spec.metric}, "
         f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, searching {searched}"
     )
@@ -83,6 +85,7 @@ def run(
     file: Path = typer.Argument(..., help="The study file."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", help="Override search.n_trials."),
     n_workers: Optional[int] = typer.Option(None, "--n-workers", help="Override cluster.n_workers."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Override objective.epochs."),
     run_dir: Path = typer.Option(Path("runs"), "--run-dir", help="The run folder: RUN_DIR/NAME/ holds the study's files."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Override the Optuna storage URL."),
     mlflow_uri: Optional[str] = typer.Option(None, "--mlflow-uri", help="Override the MLflow tracking URI."),
@@ -93,7 +96,7 @@ def run(
 
     try:
         spec = _load(file, {
-            "n_trials": n_trials, "n_workers": n_workers, "storage": storage,
+            "n_trials": n_trials, "n_workers": n_workers, "epochs": epochs, "storage": storage,
             "mlflow_uri": mlflow_uri, "scheduler": scheduler,
         })
     except HpsearchError as exc:

@@ -125,6 +125,11 @@ class TrialContext:
         if self.run is not None:
             self.run.set_tags(tags)
 
+    def log_image(self, image: Any, artifact_file: str) -> None:
+        """Log an ``H x W x 3`` uint8 image as an artifact of the trial's run (rank 0 only)."""
+        if self.run is not None:
+            self.run.log_image(image, artifact_file)
+
 
 class TrackedTrial(optuna.Trial):
     """An :class:`optuna.Trial` whose reports and prune decisions also land in MLflow.

@@ -53,6 +53,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 
 __all__ = [
@@ -83,8 +84,8 @@ __all__ = [
 BUILTIN_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "gan")
 """Models hpsearch can train itself; any other model must be ``package.module:function``."""
 
-BUILTIN_DATASETS: tuple[str, ...] = ("digits", "digits-seq")
-"""Data sets that need no download."""
+BUILTIN_DATASETS: tuple[str, ...] = tuple(_catalog.BUILTIN)
+"""Data sets that need no download (see :mod:`hpsearch.data`)."""
 
 DEFAULT_METRICS: dict[str, str] = {
     "cnn": "val_accuracy",
@@ -92,7 +93,9 @@ DEFAULT_METRICS: dict[str, str] = {
     "lstm": "val_accuracy",
     "gan": "val_mmd",
 }
-"""The metric each built-in model reports when ``objective.metric`` is not given."""
+"""The metric each built-in model optimizes when ``objective.metric`` is not given, on a
+classification data set; an LSTM on a text corpus (a language model) optimizes
+``val_perplexity``."""
 
 USER_OBJECTIVE_METRIC = "value"
 """The metric name of a user objective: the value its function returns."""
@@ -931,6 +934,60 @@ def _check_sampler(
                 )
 
 
+def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _Problems) -> None:
+    """The data set of a built-in model: known, readable, with known options, fit for the
+    model, and the metric one the model reports on it."""
+    model, dataset, metric = raw.get("model"), raw.get("dataset", "digits"), raw.get("metric")
+    if not isinstance(model, str) or ":" in model or model not in BUILTIN_MODELS:
+        return  # a user objective reads its own data; a bad model is reported already
+    if isinstance(dataset, str) and ":" not in dataset and dataset not in BUILTIN_DATASETS:
+        problems.add(
+            "objective.dataset",
+            f"unknown dataset {dataset!r}{_did_you_mean(dataset, BUILTIN_DATASETS)} "
+            f"{_allowed(BUILTIN_DATASETS)}, a mapping {{path: data.npz}} or {{path: corpus.txt}}, "
+            "or 'package.module:function'",
+        )
+        return
+    if isinstance(dataset, Mapping):
+        loader, allowed = _catalog.option_keys(dataset)
+        if "path" not in dataset and dataset.get("name") not in BUILTIN_DATASETS:
+            name = dataset.get("name")
+            problems.add(
+                "objective.dataset.name" if name is not None else "objective.dataset",
+                f"unknown dataset {name!r} {_allowed(BUILTIN_DATASETS)}" if name is not None
+                else "a mapping needs 'name' (a built-in data set) or 'path' (your .npz or .txt file)",
+            )
+            return
+        problems.unknown_keys("objective.dataset", dataset, allowed)
+    elif isinstance(dataset, str) and ":" in dataset:
+        paths = [Path.cwd()] + ([source.parent] if source is not None else [])
+        try:
+            load_user_objective(dataset, paths)
+        except SpecError as exc:
+            for line in exc.problems:
+                problems.add("objective.dataset", line.partition(": ")[2])
+            return
+    elif not isinstance(dataset, (str, Mapping)):
+        return  # reported by the field's own check
+    try:
+        info = _catalog.describe(dataset, source=source)
+    except ValueError as exc:
+        field = "objective.dataset.path" if isinstance(dataset, Mapping) and "path" in dataset else "objective.dataset"
+        problems.add(field, str(exc))
+        return
+    why = _catalog.check_for_model(info, model)
+    if why is not None:
+        problems.add("objective.dataset", why)
+        return
+    reported = _catalog.metrics_of(model, info.task)
+    if isinstance(metric, str) and metric not in reported:
+        problems.add(
+            "objective.metric",
+            f"model {model!r} does not report {metric!r} on this data set "
+            f"(it reports: {', '.join(reported)})",
+        )
+
+
 def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
     """Validate raw study data section by section; raise one SpecError with every problem."""
     problems = _Problems(label)
@@ -993,14 +1050,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                     "fixed, remove it from one",
                 )
     if isinstance(raw_objective, Mapping):
-        model, dataset = raw_objective.get("model"), raw_objective.get("dataset")
-        builtin = isinstance(model, str) and ":" not in model
-        if builtin and isinstance(dataset, str) and dataset not in BUILTIN_DATASETS:
-            problems.add(
-                "objective.dataset",
-                f"unknown dataset {dataset!r}{_did_you_mean(dataset, BUILTIN_DATASETS)} "
-                f"{_allowed(BUILTIN_DATASETS)}",
-            )
+        _check_dataset_for(raw_objective, source, problems)
     objective: ObjectiveSpec | None = out["objective"]
     if objective is not None:
         if ":" in objective.model:
@@ -1265,7 +1315,7 @@ class StudySpec(_Spec):
             return self.objective.metric
         if self.is_user_objective:
             return USER_OBJECTIVE_METRIC
-        return DEFAULT_METRICS[self.objective.model]
+        return _catalog.default_metric(self.objective.model, self.objective.dataset)
 
     @property
     def direction(self) -> Direction:

@@ -280,6 +280,11 @@ class Study:
                 trials = study.get_trials(deepcopy=False)
                 tracker.reconcile(trials)
                 best = best_trial(study)
+                if best is not None:
+                    try:
+                        tracker.copy_best_images(best.number)
+                    except Exception as exc:  # a missing picture must not fail a finished study
+                        log.warning("could not copy the best trial's images: %s", exc)
                 tracker.finish(
                     status=status,
                     tags={

@@ -308,6 +308,10 @@ class TrialRun:
     def log_text(self, text: str, artifact_file: str) -> None:
         _writer.submit(lambda: get_client(self.target.uri).log_text(self.run_id, text, artifact_file))
 
+    def log_image(self, image: Any, artifact_file: str) -> None:
+        """Log an image (an ``H x W x 3`` uint8 array) as an artifact, e.g. ``samples.png``."""
+        _writer.submit(lambda: get_client(self.target.uri).log_image(self.run_id, image, artifact_file=artifact_file))
+
     def finish(self, state: str) -> None:
         """Record the final state and end the run (FINISHED, or FAILED for a failed trial)."""
         # The run name travels as the mlflow.runName tag in the last batch.
@@ -472,6 +476,25 @@ class StudyTracker:
             client.update_run(run_id, status=RUN_STATUS[state], name=run_name(trial.number, state))
             fixed += 1
         return fixed
+
+    def copy_best_images(self, trial_number: int) -> list[str]:
+        """Log the best trial's images (a GAN's ``samples.png``) on the study's run too, under
+        ``best_trial/``; return the artifact paths."""
+        import tempfile
+
+        assert self.target is not None
+        client = self.client
+        run = find_trial_runs(client, self.target, trial_numbers=[trial_number]).get(trial_number)
+        if run is None:
+            return []
+        copied = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for item in client.list_artifacts(run.info.run_id):
+                if not item.is_dir and item.path.endswith(".png"):
+                    local = client.download_artifacts(run.info.run_id, item.path, tmp)
+                    client.log_artifact(self.target.parent_run_id, local, artifact_path="best_trial")
+                    copied.append(f"best_trial/{Path(item.path).name}")
+        return copied
 
     def finish(self, *, status: str, tags: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
         """Record the study's summary on the parent run and end it."""

@@ -119,9 +119,13 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     while time.monotonic() < deadline:
         children |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         if journal.exists():
-            study = optuna.load_study(study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal))))
-            if sum(1 for t in study.trials if t.intermediate_values) >= 2:
-                break
+            try:
+                study = optuna.load_study(study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal))))
+            except KeyError:  # the journal is there, the study not yet
+                pass
+            else:
+                if sum(1 for t in study.trials if t.intermediate_values) >= 2:
+                    break
         time.sleep(0.5)
     else:
         proc.kill()

@@ -30,6 +30,7 @@ from hpsearch.spec import (
     Precision,
     SamplerSpec,
     StudySpec,
+    default_direction,
     load_user_objective,
     parse_duration,
 )
@@ -174,8 +175,7 @@ def test_defaults_are_filled_in() -> None:
     ],
 )
 def test_direction_follows_the_metric_name(metric: str, direction: Direction) -> None:
-    spec = StudySpec.from_dict(minimal(objective={"model": "cnn", "metric": metric}))
-    assert spec.direction is direction
+    assert default_direction(metric) is direction
 
 
 def test_explicit_direction_wins() -> None:
@@ -223,7 +223,7 @@ def test_direct_construction_validates_like_from_dict() -> None:
 
 def test_module_constants() -> None:
     assert BUILTIN_MODELS == ("cnn", "rnn", "lstm", "gan")
-    assert BUILTIN_DATASETS == ("digits", "digits-seq")
+    assert BUILTIN_DATASETS == ("digits", "digits-seq", "python-docs", "docs-or-code")
 
 
 # ------------------------------------------------------------------------------ file errors

@@ -1,5 +1,6 @@
-"""Built-in data sets that need no download, split by the study's seed."""
+"""Data sets that need no download, the user's own files, split by the study's seed."""
 
 from hpsearch.data._base import DataSplit, load_dataset
+from hpsearch.data._catalog import BUILTIN, describe, describe_dataset
 
-__all__ = ["DataSplit", "load_dataset"]
+__all__ = ["BUILTIN", "DataSplit", "describe", "describe_dataset", "load_dataset"]

@@ -1,12 +1,19 @@
-"""Data sets as in-memory tensors: small enough to load once per worker process and reuse."""
+"""Data sets as in-memory tensors: small enough to load once per worker process and reuse.
+
+Every data set is split into train and validation by the study's seed (or has its own
+validation arrays), so all trials of a study see the same split, and a resumed trial the
+same one it started with.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 
 if TYPE_CHECKING:
@@ -15,13 +22,20 @@ if TYPE_CHECKING:
 
 @dataclass
 class DataSplit:
-    """A train/validation split of one data set."""
+    """A train/validation split of one data set.
+
+    ``info`` says what it holds: ``task`` (classification | language_model), ``kind``
+    (image | sequence | tokens | vector), ``input_shape`` (one sample's shape),
+    ``n_classes`` (classification), ``vocab_size`` and ``vocab`` (tokens), ``source``.
+    A language-model split holds token blocks in ``x_*`` and no ``y_*``: the targets are
+    the inputs shifted by one.
+    """
 
     name: str
     x_train: torch.Tensor
-    y_train: torch.Tensor
+    y_train: torch.Tensor | None
     x_val: torch.Tensor
-    y_val: torch.Tensor
+    y_val: torch.Tensor | None
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -32,22 +46,43 @@ class DataSplit:
     def n_val(self) -> int:
         return int(self.x_val.shape[0])
 
+    @property
+    def task(self) -> str:
+        return str(self.info.get("task", "classification"))
 
-def _split(x: torch.Tensor, y: torch.Tensor, *, val_fraction: float, seed: int) -> tuple[torch.Tensor, ...]:
+
+def split_indices(n: int, *, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train and validation indices of ``n`` samples: a permutation fixed by ``seed``."""
     import torch
 
+    if not 0.0 < val_fraction < 1.0:
+        raise SpecError([f"objective.dataset.val_fraction: must be between 0 and 1, got {val_fraction}"])
     g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(x.shape[0], generator=g)
-    n_val = max(1, int(round(x.shape[0] * val_fraction)))
-    val, train = order[:n_val], order[n_val:]
-    return x[train], y[train], x[val], y[val]
+    order = torch.randperm(n, generator=g)
+    n_val = min(n - 1, max(1, int(round(n * val_fraction))))
+    return order[n_val:], order[:n_val]
 
 
-def _digits(options: Mapping[str, Any], seed: int) -> DataSplit:
-    """scikit-learn's digits: 1,797 grey 8x8 images of 10 classes, scaled to [0, 1].
+def classification_split(
+    name: str, x: torch.Tensor, y: torch.Tensor, *, options: Mapping[str, Any], seed: int,
+    info: Mapping[str, Any], x_val: torch.Tensor | None = None, y_val: torch.Tensor | None = None,
+) -> DataSplit:
+    """Split (x, y) by ``seed`` unless validation arrays are given; fill in shape and classes."""
+    limit = options.get("limit")
+    if x_val is None:
+        train, val = split_indices(x.shape[0], val_fraction=float(options.get("val_fraction", 0.2)), seed=seed)
+        x, y, x_val, y_val = x[train], y[train], x[val], y[val]
+    assert y_val is not None
+    if limit is not None:  # a smaller training set, e.g. for quick tests
+        x, y = x[: int(limit)], y[: int(limit)]
+    n_classes = int(max(int(y.max()), int(y_val.max())) + 1)
+    return DataSplit(
+        name, x, y, x_val, y_val,
+        info={"task": "classification", "input_shape": tuple(x.shape[1:]), "n_classes": n_classes, **info},
+    )
 
-    Options: ``size`` (resize to size x size, bilinear), ``val_fraction`` (default 0.2).
-    """
+
+def _digit_images(options: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
     from sklearn.datasets import load_digits
 
@@ -57,35 +92,76 @@ def _digits(options: Mapping[str, Any], seed: int) -> DataSplit:
     size = int(options.get("size", 8))
     if size != 8:
         x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    x_tr, y_tr, x_va, y_va = _split(x, y, val_fraction=float(options.get("val_fraction", 0.2)), seed=seed)
-    return DataSplit(
-        "digits", x_tr, y_tr, x_va, y_va,
-        info={"input_shape": tuple(x.shape[1:]), "n_classes": 10, "task": "classification"},
-    )
+    return x, y
 
 
-_LOADERS = {"digits": _digits}
+def _digits(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
+    """scikit-learn's digits: 1,797 grey 8x8 images of 10 classes, scaled to [0, 1].
+
+    Options: ``size`` (resize to size x size, bilinear), ``val_fraction`` (default 0.2),
+    ``limit`` (use only the first ``limit`` training images).
+    """
+    x, y = _digit_images(options)
+    return classification_split("digits", x, y, options=options, seed=seed,
+                                info={"kind": "image", "source": "sklearn.datasets.load_digits"})
 
 
-def _normalise(dataset: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def _digits_seq(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
+    """The digits read row by row: sequences of ``size`` steps of ``size`` grey values."""
+    x, y = _digit_images(options)
+    return classification_split("digits-seq", x.squeeze(1), y, options=options, seed=seed,
+                                info={"kind": "sequence", "source": "sklearn.datasets.load_digits, rows as steps"})
+
+
+def _python_docs(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
+    from hpsearch.data._text import corpus_split, python_docs_text
+
+    return corpus_split("python-docs", python_docs_text(), options=options, seed=seed,
+                        source="pydoc_data.topics (CPython's reference documentation)")
+
+
+def _docs_or_code(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
+    from hpsearch.data._text import docs_or_code
+
+    return docs_or_code(options, seed)
+
+
+_LOADERS: dict[str, Callable[[Mapping[str, Any], int, Path | None], DataSplit]] = {
+    "digits": _digits,
+    "digits-seq": _digits_seq,
+    "python-docs": _python_docs,
+    "docs-or-code": _docs_or_code,
+}
+
+
+def _load(spec_json: str, seed: int, source: str | None) -> DataSplit:
+    from hpsearch.data import _files
+
+    dataset = json.loads(spec_json)
+    src = Path(source) if source else None
+    if isinstance(dataset, str) and ":" in dataset:
+        return _files.load_function(dataset, seed=seed, source=src)
     if isinstance(dataset, str):
-        return dataset, {}
-    options = dict(dataset)
-    name = options.pop("name", None)
-    if name is None:
-        raise SpecError([f"<study>: objective.dataset: a mapping needs 'name', got {dict(dataset)!r}"])
-    return str(name), options
-
-
-@functools.lru_cache(maxsize=8)
-def _load_cached(name: str, options_json: str, seed: int) -> DataSplit:
-    loader = _LOADERS.get(name)
+        dataset = {"name": dataset}
+    options = {k: v for k, v in dataset.items() if k not in ("name", "path")}
+    if "path" in dataset:
+        path = _catalog.resolve_path(dataset["path"], src)
+        if path.suffix.lower() == ".txt":
+            return _files.load_text(path, options=options, seed=seed)
+        return _files.load_npz(path, options=options, seed=seed)
+    loader = _LOADERS.get(dataset.get("name"))
     if loader is None:
-        raise SpecError([f"<study>: objective.dataset: unknown data set {name!r} (built-in: {', '.join(_LOADERS)})"])
-    return loader(json.loads(options_json), seed)
+        raise SpecError([f"objective.dataset: unknown data set {dataset.get('name')!r} (built-in: {', '.join(_LOADERS)})"])
+    return loader(options, seed, src)
 
 
-def load_dataset(dataset: str | Mapping[str, Any], *, seed: int | None) -> DataSplit:
-    """Load a built-in data set, split by ``seed`` (cached: one load per process)."""
-    name, options = _normalise(dataset)
-    return _load_cached(name, json.dumps(options, sort_keys=True), int(seed or 0))
+_load_cached = functools.lru_cache(maxsize=8)(_load)
+
+
+def load_dataset(dataset: str | Mapping[str, Any], *, seed: int | None, source: Path | str | None = None) -> DataSplit:
+    """Load a data set as a study file names it, split by ``seed`` (cached: one load per process).
+
+    ``source`` is the study file: a relative ``path`` is looked up next to it first.
+    """
+    return _load_cached(json.dumps(dataset, sort_keys=True), int(seed or 0), str(source) if source else None)
+

@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpsearch.models._base import ModelFamily
 
-_FAMILIES = {"cnn": "hpsearch.models._cnn:CNNFamily"}
+_FAMILIES = {
+    "cnn": "hpsearch.models._cnn:CNNFamily",
+    "rnn": "hpsearch.models._rnn:RNNFamily",
+    "lstm": "hpsearch.models._lstm:LSTMFamily",
+    "gan": "hpsearch.models._gan:GANFamily",
+}
 
 __all__ = ["available", "get_family"]
 

@@ -1,4 +1,4 @@
-"""The common base of the model families."""
+"""The common base of the model families, and the parts the sequence families share."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ if TYPE_CHECKING:
 class ModelFamily(ABC):
     """A family of models built from hyperparameters.
 
-    Subclasses set ``name``, ``default_metric`` and ``default_dataset`` and implement
-    :meth:`build`. Hyperparameters a family does not know are left alone (they may be the
-    trainer's: ``lr``, ``optimizer``, ``batch_size``, ...).
+    Subclasses set ``name``, ``defaults`` and ``trainer`` and implement :meth:`build`.
+    Hyperparameters a family does not know are left alone (they may be the trainer's:
+    ``lr``, ``optimizer``, ``batch_size``, ...).
     """
 
     name: str
-    default_metric: str = "val_accuracy"
-    default_dataset: str = "digits"
+    #: Which trainer trains it: ``supervised`` (classification, language model) or ``gan``.
+    trainer: str = "supervised"
     #: Defaults of the hyperparameters this family reads (documented per family).
     defaults: Mapping[str, Any] = {}
 

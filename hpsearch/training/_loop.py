@@ -1,4 +1,4 @@
-"""The epoch loop of a classifier: sharded batches, autocast, grad scaling, evaluation.
+"""The epoch loops: sharded batches, autocast, grad scaling, evaluation.
 
 Batches are drawn from in-memory tensors by index (no DataLoader workers: the data sets are
 small and a trial's process is already one of many). Each epoch's order comes from
@@ -18,6 +18,7 @@ scaling rule of Goyal et al., 2017, for a per-rank batch).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -27,21 +28,28 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
+    from hpsearch.runner import TrialContext
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 
+#: Samples per forward pass when evaluating (bounds the memory evaluation takes).
+EVAL_CHUNK = 1024
 
-def make_optimizer(parameters: Any, params: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """``optimizer`` (adam), ``lr`` (1e-3), ``weight_decay`` (0), ``momentum`` (0.9, for sgd/rmsprop)."""
+
+def make_optimizer(parameters: Any, params: Mapping[str, Any], *, lr: float = 1e-3, betas: tuple[float, float] | None = None) -> torch.optim.Optimizer:
+    """``optimizer`` (adam), ``lr``, ``weight_decay`` (0), ``momentum`` (0.9, for sgd/rmsprop),
+    ``beta1`` and ``beta2`` (Adam's, 0.9 and 0.999 unless the caller says otherwise)."""
     import torch
 
     name = str(params.get("optimizer", "adam")).lower()
-    lr = float(params.get("lr", 1e-3))
+    lr = float(params.get("lr", lr))
     wd = float(params.get("weight_decay", 0.0))
+    b1, b2 = betas or (0.9, 0.999)
+    adam_betas = (float(params.get("beta1", b1)), float(params.get("beta2", b2)))
     if name == "adam":
-        return torch.optim.Adam(parameters, lr=lr, weight_decay=wd)
+        return torch.optim.Adam(parameters, lr=lr, betas=adam_betas, weight_decay=wd)
     if name == "adamw":
-        return torch.optim.AdamW(parameters, lr=lr, weight_decay=wd)
+        return torch.optim.AdamW(parameters, lr=lr, betas=adam_betas, weight_decay=wd)
     if name == "sgd":
         return torch.optim.SGD(parameters, lr=lr, momentum=float(params.get("momentum", 0.9)), weight_decay=wd)
     if name == "rmsprop":
@@ -49,12 +57,17 @@ def make_optimizer(parameters: Any, params: Mapping[str, Any]) -> torch.optim.Op
     raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
 
 
-class ClassifierTrainer:
-    """Trains and evaluates a classifier on one device, optionally one rank of several."""
+class Trainer:
+    """What every trainer shares: the batch sampler, cross-rank sums, DDP, checkpoint state.
+
+    Subclasses implement :meth:`train_epoch` and :meth:`evaluate` (dicts of metrics) and
+    name the losses that must stay finite in :attr:`loss_keys`.
+    """
+
+    loss_keys: tuple[str, ...] = ("train_loss",)
 
     def __init__(
         self,
-        model: torch.nn.Module,
         params: Mapping[str, Any],
         *,
         device: torch.device,
@@ -63,9 +76,7 @@ class ClassifierTrainer:
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        import torch
-
-        self.model = model
+        self.params = params
         self.device = device
         self.precision = precision
         self.seed = seed
@@ -73,11 +84,15 @@ class ClassifierTrainer:
         self.world_size = world_size
         batch = int(params.get("batch_size", 64))
         self.batch_size = batch * world_size if params.get("per_rank_batch") else batch  # global
-        self.grad_clip = params.get("grad_clip")
-        self.optimizer = make_optimizer(model.parameters(), params)
         self.scaler = grad_scaler(precision, device)
-        self.loss_fn = torch.nn.CrossEntropyLoss()
         self.skipped_steps = 0
+
+    def _ddp(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.world_size == 1:
+            return module
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(module, device_ids=[self.device] if self.device.type == "cuda" else None)
 
     def _batches(self, n: int, epoch: int) -> list[torch.Tensor]:
         """This rank's share of each global batch of the epoch."""
@@ -103,12 +118,96 @@ class ClassifierTrainer:
         dist.all_reduce(t)
         return t.tolist()
 
+    def _step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters: Any, grad_clip: Any) -> None:
+        """Backward, optional clipping, a (scaled) optimizer step; counts fp16 overflows."""
+        import torch
+
+        self.scaler.scale(loss).backward()
+        if grad_clip:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, float(grad_clip))
+        self.scaler.step(optimizer)
+
+    def _update_scaler(self) -> None:
+        scale_before = self.scaler.get_scale()
+        self.scaler.update()
+        if self.scaler.is_enabled() and self.scaler.get_scale() < scale_before:
+            self.skipped_steps += 1  # fp16 overflow: the scaler skipped this step
+
+    def train_epoch(self, data: DataSplit, epoch: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def evaluate(self, data: DataSplit) -> dict[str, float]:
+        raise NotImplementedError
+
+    def finish(self, ctx: TrialContext) -> None:
+        """At the end of a trial that was not pruned: log what the trainer has to show."""
+
+    @staticmethod
+    def _inference() -> Any:
+        import torch
+
+        return torch.inference_mode()
+
+
+class SupervisedTrainer(Trainer):
+    """Trains and evaluates a classifier or a next-token language model.
+
+    Classification: cross-entropy over the classes, or binary cross-entropy when the model
+    has one output (a sigmoid for two classes); metrics ``val_loss`` and ``val_accuracy``.
+    Language model: each block of the corpus is cut into sequences of ``seq_len`` (64)
+    tokens, each predicting the next; metrics ``val_loss`` (nats per token),
+    ``val_perplexity`` and ``val_accuracy`` (next token). ``grad_clip`` (the global gradient
+    norm) defaults to 1.0 for a language model, to none otherwise.
+    """
+
+    def __init__(self, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.model = self._ddp(model.to(self.device))
+        self.language_model = data.task == "language_model"
+        self.grad_clip = params.get("grad_clip", 1.0 if self.language_model else None)
+        self.seq_len = int(params.get("seq_len", 64))
+        self.optimizer = make_optimizer(self.model.parameters(), params)
+        self._arrays = self._prepare(data)
+
+    def _prepare(self, data: DataSplit) -> tuple[torch.Tensor, ...]:
+        if not self.language_model:
+            assert data.y_train is not None and data.y_val is not None
+            return data.x_train, data.y_train, data.x_val, data.y_val
+        return (*self._windows(data.x_train), *self._windows(data.x_val))
+
+    def _windows(self, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and next-token targets: each block cut into ``seq_len`` pieces."""
+        length = blocks.shape[1] - 1
+        if not 1 <= self.seq_len <= length:
+            raise ValueError(f"seq_len must be between 1 and {length} (the corpus blocks' length - 1), got {self.seq_len}")
+        n = length // self.seq_len
+        used = n * self.seq_len
+        x = blocks[:, :used].reshape(-1, self.seq_len)
+        y = blocks[:, 1 : used + 1].reshape(-1, self.seq_len)
+        return x, y
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        import torch.nn.functional as F
+
+        out = out.float()
+        if self.language_model:
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction)
+        if out.shape[-1] == 1:
+            return F.binary_cross_entropy_with_logits(out.squeeze(-1), y.float(), reduction=reduction)
+        return F.cross_entropy(out, y, reduction=reduction)
+
+    def _correct(self, out: Any, y: Any) -> Any:
+        if out.shape[-1] == 1 and not self.language_model:
+            return ((out.squeeze(-1) > 0).long() == y).sum()
+        return (out.argmax(dim=-1) == y).sum()
+
     def train_epoch(self, data: DataSplit, epoch: int) -> dict[str, float]:
         """One pass over this rank's shard; returns mean loss, samples and samples/s."""
         import torch
 
         self.model.train()
-        x_all, y_all = data.x_train, data.y_train
+        x_all, y_all = self._arrays[0], self._arrays[1]
         total = torch.zeros((), dtype=torch.float64)
         n_seen = 0
         start = time.perf_counter()
@@ -117,16 +216,9 @@ class ClassifierTrainer:
             y = y_all[idx].to(self.device, non_blocking=True)
             self.optimizer.zero_grad(set_to_none=True)
             with autocast(self.precision, self.device):
-                loss = self.loss_fn(self.model(x), y)
-            self.scaler.scale(loss).backward()
-            if self.grad_clip:
-                self.scaler.unscale_(self.optimizer)
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.grad_clip))
-            scale_before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            if self.scaler.is_enabled() and self.scaler.get_scale() < scale_before:
-                self.skipped_steps += 1  # fp16 overflow: the scaler skipped this step
+                loss = self._loss(self.model(x), y)
+            self._step(loss, self.optimizer, self.model.parameters(), self.grad_clip)
+            self._update_scaler()
             total += loss.detach().double() * idx.shape[0]
             n_seen += int(idx.shape[0])
         seconds = time.perf_counter() - start
@@ -137,26 +229,25 @@ class ClassifierTrainer:
             "samples_per_s": n_all / seconds if seconds > 0 else 0.0,
         }
 
-    @staticmethod
-    def _no_grad() -> Any:
-        import torch
-
-        return torch.inference_mode()
-
     def evaluate(self, data: DataSplit) -> dict[str, float]:
         """Validation loss and accuracy over the whole validation split (each rank its share)."""
-        import torch
-
         self.model.eval()
         model = getattr(self.model, "module", self.model)  # no DDP sync for evaluation
-        with self._no_grad(), autocast(self.precision, self.device):
-            x = data.x_val[self.rank :: self.world_size].to(self.device)
-            y = data.y_val[self.rank :: self.world_size].to(self.device)
-            logits = model(x).float()
-            loss = torch.nn.functional.cross_entropy(logits, y, reduction="sum")
-            correct = (logits.argmax(dim=1) == y).sum()
-        loss_sum, n_correct, n = self._sum(float(loss), float(correct), float(y.shape[0]))
-        return {"val_loss": loss_sum / n, "val_accuracy": n_correct / n}
+        x_all = self._arrays[2][self.rank :: self.world_size]
+        y_all = self._arrays[3][self.rank :: self.world_size]
+        loss_sum = correct = 0.0
+        with self._inference(), autocast(self.precision, self.device):
+            for i in range(0, x_all.shape[0], EVAL_CHUNK):
+                x = x_all[i : i + EVAL_CHUNK].to(self.device)
+                y = y_all[i : i + EVAL_CHUNK].to(self.device)
+                out = model(x).float()
+                loss_sum += float(self._loss(out, y, reduction="sum"))
+                correct += float(self._correct(out, y))
+        loss_sum, n_correct, n = self._sum(loss_sum, correct, float(y_all.numel()))
+        metrics = {"val_loss": loss_sum / n, "val_accuracy": n_correct / n}
+        if self.language_model:
+            metrics["val_perplexity"] = math.exp(min(metrics["val_loss"], 50.0))
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         model = getattr(self.model, "module", self.model)
@@ -173,3 +264,12 @@ class ClassifierTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
+
+
+def make_trainer(family: Any, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any) -> Trainer:
+    """The trainer of ``family`` (``supervised`` or ``gan``) for ``model`` on ``data``."""
+    if family.trainer == "gan":
+        from hpsearch.training._gan import GANTrainer
+
+        return GANTrainer(model, params, data, **kwargs)
+    return SupervisedTrainer(model, params, data, **kwargs)

@@ -28,27 +28,23 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     from hpsearch.space import suggest
     from hpsearch.training._amp import describe_device, resolve_precision
     from hpsearch.training._checkpoint import CheckpointStore
-    from hpsearch.training._loop import ClassifierTrainer
+    from hpsearch.training._loop import make_trainer
 
     spec = ctx.spec
     torch.set_num_threads(ctx.n_threads)
     family = get_family(spec.objective.model)
     params = {**spec.objective.params, **suggest(trial, spec.space)}
     seed = int(spec.search.seed or 0)
-    data = load_dataset(spec.objective.dataset, seed=seed)
+    data = load_dataset(spec.objective.dataset, seed=seed, source=spec.source)
     device = torch.device(ctx.device)
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
-    model = family.build(params, data).to(device)
-    if ctx.world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-        if params.get("lr_scaling") == "linear":
-            params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
-    trainer = ClassifierTrainer(
-        model, params, device=device, precision=precision, seed=seed * 7919 + trial.number,
-        rank=ctx.rank, world_size=ctx.world_size,
+    model = family.build(params, data)
+    if ctx.world_size > 1 and params.get("lr_scaling") == "linear":
+        params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
+    trainer = make_trainer(
+        family, model, params, data, device=device, precision=precision,
+        seed=seed * 7919 + trial.number, rank=ctx.rank, world_size=ctx.world_size,
     )
     checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main else None
     state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
@@ -62,6 +58,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         "hpsearch.world_size": ctx.world_size,
         "hpsearch.device_name": name,
         "hpsearch.device_memory_mib": memory,
+        "hpsearch.task": data.task,
         "hpsearch.n_train": data.n_train,
         "hpsearch.n_val": data.n_val,
         "hpsearch.resumed_from_epoch": first_epoch - 1,
@@ -70,6 +67,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
     value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value)
+    trainer.finish(ctx)
     if trainer.skipped_steps:
         ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
     return value
@@ -85,9 +83,11 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
         train = trainer.train_epoch(data, epoch)
         val = trainer.evaluate(data)
         train["epoch_s"] = time.perf_counter() - epoch_start
-        if not math.isfinite(train["train_loss"]):
-            raise TrialDiverged(f"train_loss is {train['train_loss']} at step {epoch}", step=epoch, value=train["train_loss"])
-        metrics = {"train_loss": train["train_loss"], "samples_per_s": train["samples_per_s"], "epoch_s": train["epoch_s"], **val}
+        for key in trainer.loss_keys:
+            if not math.isfinite(train[key]):
+                raise TrialDiverged(f"{key} is {train[key]} at step {epoch}", step=epoch, value=train[key])
+        train.pop("samples", None)
+        metrics = {**train, **val}
         if metric not in metrics:
             raise KeyError(f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})")
         value = metrics.pop(metric)

@@ -1,0 +1,80 @@
+"""Each built-in family trained briefly, alone or as ranks of a gloo process group.
+
+Used by the tests (and handy to try a family by hand): :func:`train_briefly` trains one
+family on a small slice of its data set and returns the metrics of every epoch;
+:func:`ddp_rank` is the body of one rank of a data-parallel run over every family.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+#: name: (family, data set, hyperparameters, epochs) — small slices, a few seconds each.
+CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
+    "cnn": ("cnn", {"name": "digits", "limit": 600}, {"lr": 3e-3}, 4),
+    "rnn": ("rnn", {"name": "digits-seq", "limit": 800}, {"lr": 1e-2}, 5),
+    "rnn-text": ("rnn", {"name": "docs-or-code", "per_class": 600}, {"lr": 1e-2, "hidden_size": 32}, 4),
+    "lstm": ("lstm", {"name": "digits-seq", "limit": 800}, {"lr": 1e-2, "hidden_size": 64}, 5),
+    "lstm-text": ("lstm", {"name": "python-docs", "max_chars": 40000}, {"lr": 1e-2, "hidden_size": 64, "embedding_dim": 32}, 3),
+    "gan": ("gan", "digits", {"batch_size": 32}, 25),
+}
+
+
+def train_briefly(case: str, precision: str = "fp32", *, rank: int = 0, world_size: int = 1, epochs: int | None = None) -> dict[str, Any]:
+    """Train ``CASES[case]``; return ``{"epochs": [metrics per epoch], "before": metrics}``."""
+    import torch
+
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.training._loop import make_trainer
+
+    name, dataset, params, n_epochs = CASES[case]
+    data = load_dataset(dataset, seed=0)
+    family = get_family(name)
+    torch.manual_seed(0)
+    trainer = make_trainer(
+        family, family.build(params, data), params, data, device=torch.device("cpu"),
+        precision=precision, seed=0, rank=rank, world_size=world_size,
+    )
+    out: dict[str, Any] = {"before": trainer.evaluate(data), "epochs": []}
+    for epoch in range(1, (epochs or n_epochs) + 1):
+        metrics = trainer.train_epoch(data, epoch)
+        metrics.update(trainer.evaluate(data))
+        out["epochs"].append(metrics)
+    out["trainer"] = trainer
+    out["data"] = data
+    return out
+
+
+def _checksum(trainer: Any) -> float:
+    modules = [getattr(trainer, "gan", None) or getattr(trainer.model, "module", trainer.model)]
+    return float(sum(p.detach().double().sum() for m in modules for p in m.parameters()))
+
+
+def ddp_rank(rank: int, world_size: int, port: int, out_dir: str, cases: list[str]) -> None:
+    """One rank: join a gloo group, train every case in ``cases`` for 2 epochs, write results.
+
+    Each rank writes ``rank{N}.json``: per case, the epochs' metrics and a checksum of the
+    weights (equal on every rank when DDP kept them in sync).
+    """
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        results = {}
+        for case in cases:
+            run = train_briefly(case, rank=rank, world_size=world_size, epochs=2)
+            results[case] = {
+                "epochs": [{k: v for k, v in m.items() if isinstance(v, float) and math.isfinite(v)} for m in run["epochs"]],
+                "checksum": _checksum(run["trainer"]),
+            }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    finally:
+        dist.destroy_process_group()
