@@ -78,7 +78,7 @@ def precision_rows(epochs: int, size: int) -> list[tuple]:
 
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
-    from hpsearch.training._loop import ClassifierTrainer
+    from hpsearch.training._loop import make_trainer
 
     data = load_dataset({"name": "digits", "size": size}, seed=0)
     device = torch.device("cuda:0")
@@ -86,8 +86,8 @@ def precision_rows(epochs: int, size: int) -> list[tuple]:
     for precision in ("fp32", "bf16", "fp16"):
         torch.manual_seed(0)
         params = {"channels": 64, "n_blocks": 3, "dense_units": 256, "batch_size": 256, "lr": 1e-3}
-        model = get_family("cnn").build(params, data).to(device)
-        trainer = ClassifierTrainer(model, params, device=device, precision=precision, seed=0)
+        family = get_family("cnn")
+        trainer = make_trainer(family, family.build(params, data), params, data, device=device, precision=precision, seed=0)
         trainer.train_epoch(data, 0)  # warm-up: cuDNN autotuning, allocations
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -155,6 +155,24 @@ def concurrency_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[
     return rows
 
 
+def family_rows() -> list[tuple]:
+    """Every model family for two epochs on cuda:0 under fp32, bf16 and fp16 autocast."""
+    from hpsearch.testing.families import CASES, train_briefly
+
+    rows = []
+    for case in CASES:
+        for precision in ("fp32", "bf16", "fp16"):
+            try:
+                run = train_briefly(case, precision, epochs=2, device="cuda:0")
+            except Exception as exc:  # a failing family is a result, not the end of the check
+                rows.append((f"{case}, {precision}", "FAIL", f"{type(exc).__name__}: {exc}"[:80]))
+                continue
+            last = run["epochs"][-1]
+            key = {"gan": "val_mmd"}.get(case, "val_perplexity" if case.endswith("text") and "val_perplexity" in last else "val_accuracy")
+            rows.append((f"{case}, {precision}", f"{key} {last[key]:.3f}", f"{last['samples_per_s']:.0f} samples/s, skipped fp16 steps {run['trainer'].skipped_steps}"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
@@ -170,6 +188,7 @@ def main() -> None:
     print(json.dumps([g.__dict__ for g in gpus]), file=sys.stderr)
     folder = Path(tempfile.mkdtemp(prefix="hpsearch-gpu-"))
     rows = precision_rows(args.epochs, args.size)
+    rows += family_rows()
     rows += scaling_rows(len(gpus), args.epochs, args.size, folder)
     rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
     names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))

@@ -480,8 +480,10 @@ class StudyTracker:
     def copy_best_images(self, trial_number: int) -> list[str]:
         """Log the best trial's images (a GAN's ``samples.png``) on the study's run too, under
         ``best_trial/``; return the artifact paths."""
+        import os
         import tempfile
 
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar in the CLI's output
         assert self.target is not None
         client = self.client
         run = find_trial_runs(client, self.target, trial_numbers=[trial_number]).get(trial_number)

@@ -171,3 +171,33 @@ def test_mixed_precision_under_ddp(run_dir, two_slot_client, precision):
     (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
     assert run.data.tags["hpsearch.precision"] == precision
     assert run.data.tags["hpsearch.world_size"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("model", "dataset", "space"),
+    [
+        ("gan", "digits", {"lr": {"type": "categorical", "choices": [0.0002]}}),
+        ("lstm", {"name": "python-docs", "max_chars": 20000}, {"lr": {"type": "categorical", "choices": [0.01]}}),
+    ],
+    ids=["gan", "lstm-language-model"],
+)
+def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, dataset, space):
+    name = f"ddp-{model}"
+    spec = {
+        "name": name,
+        "objective": {"model": model, "dataset": dataset, "epochs": 2, "precision": "fp32", "gpus_per_trial": 2,
+                      "params": {"batch_size": 32}},
+        "space": space,
+        "search": {"n_trials": 1, "sampler": "random", "pruner": "none", "seed": 0},
+    }
+    Study(spec, run_dir=run_dir, client=two_slot_client).run()
+    (trial,) = _study(run_dir, name).trials
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", name)
+    (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert run.data.tags["hpsearch.world_size"] == "2"
+    if model == "gan":
+        assert {m.step for m in client.get_metric_history(run.info.run_id, "g_loss")} == {1, 2}
+        assert [a.path for a in client.list_artifacts(run.info.run_id)].count("samples.png") == 1, "rank 0 logs once"
+    else:
+        assert trial.value < 40, "perplexity well under the vocabulary size"

@@ -132,3 +132,23 @@ def test_every_family_trains_with_two_gloo_ranks(tmp_path):
         assert len(zero["epochs"]) == 2 and all(key in e for e in zero["epochs"])
         if case != "gan":
             assert zero["epochs"][1]["train_loss"] < zero["epochs"][0]["train_loss"], case
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_resumed_trainer_continues_exactly(case, tmp_path):
+    """Checkpoint after epoch 2, restore into a fresh model: epoch 3 is the same as without the break."""
+    from hpsearch.training._checkpoint import CheckpointStore
+
+    straight = train_briefly(case, epochs=3)
+    first = train_briefly(case, epochs=2)
+    store = CheckpointStore(tmp_path, 0)
+    store.save({"epoch": 2, "value": 0.0, "trainer": first["trainer"].state_dict()}, background=False)
+    resumed = train_briefly(case, epochs=0)
+    resumed["trainer"].load_state_dict(store.load()["trainer"])
+    trainer, data = resumed["trainer"], resumed["data"]
+    metrics = trainer.train_epoch(data, 3)
+    metrics.update(trainer.evaluate(data))
+    expected = straight["epochs"][2]
+    for key, value in metrics.items():
+        if key not in ("samples_per_s",):
+            assert value == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key

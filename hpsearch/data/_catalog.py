@@ -191,6 +191,8 @@ def _check_npz(path: Path, given: str) -> str:
 
     if not path.is_file():
         raise ValueError(f"{given!r}: no such file (looked for {path})")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{given!r}: not a readable .npz file (not a zip archive; write it with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as arrays:
             names = set(arrays.files)

@@ -24,7 +24,10 @@ CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
 }
 
 
-def train_briefly(case: str, precision: str = "fp32", *, rank: int = 0, world_size: int = 1, epochs: int | None = None) -> dict[str, Any]:
+def train_briefly(
+    case: str, precision: str = "fp32", *, rank: int = 0, world_size: int = 1,
+    epochs: int | None = None, device: str = "cpu",
+) -> dict[str, Any]:
     """Train ``CASES[case]``; return ``{"epochs": [metrics per epoch], "before": metrics}``."""
     import torch
 
@@ -37,7 +40,7 @@ def train_briefly(case: str, precision: str = "fp32", *, rank: int = 0, world_si
     family = get_family(name)
     torch.manual_seed(0)
     trainer = make_trainer(
-        family, family.build(params, data), params, data, device=torch.device("cpu"),
+        family, family.build(params, data), params, data, device=torch.device(device),
         precision=precision, seed=0, rank=rank, world_size=world_size,
     )
     out: dict[str, Any] = {"before": trainer.evaluate(data), "epochs": []}

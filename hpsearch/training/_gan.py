@@ -115,6 +115,7 @@ class GANTrainer(Trainer):
 
         self.generator.train()
         self.discriminator.train()
+        self._seed_epoch(epoch)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 1)
         sums = torch.zeros(4, dtype=torch.float64)  # d_loss, g_loss, d_real, d_fake (x samples)
         n_seen = 0

@@ -87,6 +87,13 @@ class Trainer:
         self.scaler = grad_scaler(precision, device)
         self.skipped_steps = 0
 
+    def _seed_epoch(self, epoch: int) -> None:
+        """Seed dropout and other global randomness by epoch (and rank): a trial resumed from
+        a checkpoint trains its next epoch exactly as it would have without the break."""
+        import torch
+
+        torch.manual_seed((self.seed * 1_000_003 + epoch) * 131 + self.rank)
+
     def _ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.world_size == 1:
             return module
@@ -207,6 +214,7 @@ class SupervisedTrainer(Trainer):
         import torch
 
         self.model.train()
+        self._seed_epoch(epoch)
         x_all, y_all = self._arrays[0], self._arrays[1]
         total = torch.zeros((), dtype=torch.float64)
         n_seen = 0

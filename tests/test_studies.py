@@ -1,0 +1,63 @@
+"""Every study in studies/ runs, with a tiny budget, so that none of them rots."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from hpsearch import Study
+from hpsearch.spec import StudySpec
+
+from .conftest import mlflow_runs
+
+pytestmark = pytest.mark.slow
+
+STUDIES = sorted((Path(__file__).resolve().parent.parent / "studies").glob("*.yaml"))
+
+
+def test_there_is_a_study_per_family():
+    models = {StudySpec.from_yaml(path).objective.model for path in STUDIES}
+    assert models == {"cnn", "rnn", "lstm", "gan"}
+    names = {p.name for p in STUDIES}
+    assert {"quickstart.yaml", "digits-cnn.yaml", "digits-rnn.yaml", "text-lstm.yaml", "digits-gan.yaml"} <= names
+
+
+def test_every_study_file_is_commented():
+    for path in STUDIES:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        assert lines[0].startswith("#"), f"{path.name} starts by saying what it is"
+        commented = [line for line in lines if "#" in line]
+        assert len(commented) >= len(lines) // 2, f"{path.name}: comment the lines"
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
+    study = Study.from_yaml(path, n_trials=2, epochs=2, run_dir=run_dir, client=dask_client)
+    result = study.run()
+    trials = study.optuna_study().get_trials()
+    assert len(trials) == 2
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials), [
+        (t.state, t.user_attrs.get("hpsearch.fail_reason")) for t in trials
+    ]
+    assert result.best is not None and math.isfinite(result.best.value)
+    client, runs = mlflow_runs(result.mlflow_uri, study.spec.name)
+    parent = next(r for r in runs if r.data.tags.get("hpsearch.role") == "study")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    metric = study.spec.metric
+    by_number = {t.number: t for t in trials}
+    for run in children:
+        trial = by_number[int(run.data.tags["hpsearch.trial_number"])]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+        assert steps == sorted(trial.intermediate_values) and steps[0] == 1, "each epoch once"
+        if trial.state == TrialState.COMPLETE:
+            assert steps == [1, 2]
+        assert int(run.data.tags["hpsearch.n_train"]) > 0 and int(run.data.tags["hpsearch.n_val"]) > 0
+    if study.spec.objective.model == "gan":
+        for run in children:
+            assert "samples.png" in {a.path for a in client.list_artifacts(run.info.run_id)}
+        best = {a.path for a in client.list_artifacts(parent.info.run_id, "best_trial")}
+        assert "best_trial/samples.png" in best
