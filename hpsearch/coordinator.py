@@ -3,8 +3,9 @@
 It owns the sampler (one process suggests, so concurrent trials never get duplicate
 suggestions; TPE's constant liar spreads them out), keeps as many trials in flight as the
 cluster has free sets, and tells Optuna how each one ended. Liveness comes from Dask: a
-worker that dies makes its future fail (``KilledWorker`` after Dask's own retries), and the
-coordinator turns that into a true Optuna state; nothing waits on a timeout.
+worker that dies makes its future fail with ``KilledWorker``; the coordinator runs the
+trial again, resuming from its checkpoint, up to ``search.max_retries`` times, and then
+ends it FAIL with the reason ("worker lost 3 times: ..."). Nothing waits on a timeout.
 
 The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in the study
 as a whole, so running the same study again resumes it: trials an earlier coordinator left
@@ -115,6 +116,8 @@ class Coordinator:
         self.progress = Progress(spec.search.n_trials)
         self._pending: list[_Ready] = []
         self._durations: list[float] = []
+        self._losses: dict[int, int] = {}  # trial number -> times its worker was lost
+        self._last_loss: dict[int, str] = {}
         self._storage = study._storage
         self._study_id = study._study_id
 
@@ -228,15 +231,49 @@ class Coordinator:
             state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
             self.study.tell(info.number, state=state, skip_if_finished=True)
 
+    @staticmethod
+    def _error(future: Future, result: Any) -> BaseException | None:
+        if future.status == "finished":
+            return None
+        exc = result[1] if isinstance(result, tuple) else result
+        return exc if isinstance(exc, BaseException) else None
+
+    def _losses_of(self, info: _InFlight) -> int:
+        """How many times this trial's worker was lost: counted here, or by its starts
+        (where Dask retried the task on other workers before giving up)."""
+        from hpsearch.runner import ATTEMPT_ATTR
+
+        self._losses[info.number] = self._losses.get(info.number, 0) + 1
+        try:
+            starts = int(self._storage.get_trial(info.trial_id).user_attrs.get(ATTEMPT_ATTR, 0))
+        except Exception:
+            starts = 0
+        return max(self._losses[info.number], starts)
+
+    def _retry(self, info: _InFlight, future: Future, result: Any) -> _Ready | None:
+        """The trial to run again if its worker was lost and retries are left, else None."""
+        from distributed import KilledWorker
+
+        exc = self._error(future, result)
+        if not isinstance(exc, KilledWorker):
+            return None
+        losses = self._losses_of(info)
+        self._last_loss[info.number] = f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
+        if losses > self.spec.search.max_retries:
+            return None
+        log.warning("trial %d: its worker was lost (%d of %d retries); it resumes from its checkpoint",
+                    info.number, losses, self.spec.search.max_retries)
+        return _Ready(info.trial_id, info.number, resume=True, size=info.size)
+
     def _outcome(self, info: _InFlight, future: Future, result: Any) -> TrialOutcome:
         if future.status == "finished":
             return result
-        exc = result[1] if isinstance(result, tuple) else result
-        return TrialOutcome(
-            info.number, "FAIL",
-            reason=_lost_reason(exc) if isinstance(exc, BaseException) else f"task {future.status}",
-            error_type=type(exc).__name__ if isinstance(exc, BaseException) else None,
-        )
+        exc = self._error(future, result)
+        if info.number in self._last_loss:
+            reason = self._last_loss[info.number]
+        else:
+            reason = f"{type(exc).__name__}: {exc}" if exc is not None else f"task {future.status}"
+        return TrialOutcome(info.number, "FAIL", reason=reason, error_type=type(exc).__name__ if exc is not None else None)
 
     # ---------------------------------------------------------------- the loop
 
@@ -292,8 +329,14 @@ class Coordinator:
                     continue
                 batch = finished.next_batch(block=True)
                 ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
+                # A trial whose worker was lost goes back to the head of the queue (it
+                # resumes from its checkpoint), until it has been lost max_retries + 1 times.
+                retried = [self._retry(info, future, result) for info, future, result in ended]
+                ready[:0] = [item for item in retried if item is not None]
                 fill()
-                for info, future, result in ended:
+                for (info, future, result), again in zip(ended, retried):
+                    if again is not None:
+                        continue
                     outcome = self._outcome(info, future, result)
                     self._tell(info, outcome)
                     self._count_outcome(outcome)
@@ -326,14 +369,6 @@ class Coordinator:
             self._tell(info, outcome)
             self._count_outcome(outcome)
         self.progress.running = 0
-
-
-def _lost_reason(exc: BaseException) -> str:
-    from distributed import KilledWorker
-
-    if isinstance(exc, KilledWorker):
-        return f"worker lost: {exc}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -2,7 +2,8 @@
 
 A worker pays ``import mlflow`` (about 2 s here) and optuna's gRPC client once; without this,
 the first trial on every worker pays it, while the study is already running. It also leaves
-Ctrl-C to the coordinator, which stops the trials and closes the cluster in order. The local
+Ctrl-C to the coordinator, which stops the trials and closes the cluster in order, and it
+ends the worker when its nanny (the coordinator, for the local cluster) is gone. The local
 cluster and ``hpsearch worker`` load it; for plain ``dask worker`` pass
 ``--preload hpsearch.preload``. Importing torch is left to the first trial that trains
 (a user objective may not need it).
@@ -13,10 +14,31 @@ from __future__ import annotations
 from typing import Any
 
 
+def _watch_parent(parent: int) -> None:
+    """Exit when the process that started this worker (its nanny) is gone.
+
+    A coordinator killed with SIGKILL (or its machine's OOM killer) cannot stop its local
+    workers; without this they would keep training trials that the next coordinator runs
+    again. The worker's rank processes follow it (they watch the worker the same way).
+    """
+    import os
+    import time
+
+    while True:
+        if os.getppid() != parent:
+            os._exit(3)
+        time.sleep(0.5)
+
+
 def dask_setup(worker: Any) -> None:
+    import os
     import signal
     import threading
     import warnings
+
+    parent = os.getppid()
+    if parent != 1:
+        threading.Thread(target=_watch_parent, args=(parent,), name="hpsearch-parent-watch", daemon=True).start()
 
     # A terminal's Ctrl-C reaches the whole process group: the coordinator stops the trials
     # and closes the cluster; a worker dying of it on its own would only print a traceback.

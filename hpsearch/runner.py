@@ -147,6 +147,11 @@ class TrackedTrial(optuna.Trial):
         self.last_step: int | None = max(self._cached_frozen_trial.intermediate_values, default=None)
         self.prune_decision: dict[str, Any] | None = None
         self._reports: list[Future[None]] = []
+        for step, value in sorted(self._cached_frozen_trial.intermediate_values.items()):
+            # Reports of an earlier attempt: MLflow gets them again in case that attempt's
+            # write was lost with its worker (the run skips the steps it already holds).
+            if math.isfinite(value):
+                run.log_metrics({metric: value}, step)
 
     def already_reported(self, step: int) -> bool:
         """Whether ``step`` was reported (by this attempt or an earlier one)."""
@@ -166,7 +171,7 @@ class TrackedTrial(optuna.Trial):
         if not math.isfinite(value):
             raise TrialDiverged(f"{self._metric} is {value} at step {step}", step=step, value=value)
         if step in self._cached_frozen_trial.intermediate_values:
-            return
+            return  # reported by an earlier attempt: the study keeps that value
         self._cached_frozen_trial.intermediate_values[step] = value
         self._reports.append(
             _report_writer().submit(self.storage.set_trial_intermediate_value, self._trial_id, step, value)
@@ -364,6 +369,21 @@ def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads:
     return outcome
 
 
+ATTEMPT_ATTR = "hpsearch.attempt"
+
+
+def _count_attempt(study: optuna.Study, trial_id: int) -> int:
+    """Record one more start of this trial in the study; return its number (1 the first time).
+
+    The coordinator reads it when a worker is lost, so that losses are counted even where
+    Dask itself retried the task on another worker first.
+    """
+    attrs = study._storage.get_trial(trial_id).user_attrs
+    attempt = int(attrs.get(ATTEMPT_ATTR, 0)) + 1
+    study._storage.set_trial_user_attr(trial_id, ATTEMPT_ATTR, attempt)
+    return attempt
+
+
 def execute(
     task: TrialTask,
     *,
@@ -380,17 +400,25 @@ def execute(
     worker, pid = worker or _worker_address(), os.getpid()
     spec = task.spec
     outcome = TrialOutcome(task.trial_number, "FAIL", worker=worker, pid=pid)
+    try:
+        study = _worker_study(task)
+        attempt = _count_attempt(study, task.trial_id)
+    except Exception:  # the study is unreachable: the run below records why
+        study, attempt = None, 1
+    resumed = task.resume or attempt > 1
     run = TrialRun(
         task.tracking, task.trial_number,
         tags={
             "hpsearch.worker": worker, "hpsearch.pid": pid,
             "hpsearch.devices": devices.label(device_ids), "hpsearch.world_size": world_size,
+            "hpsearch.attempt": attempt,
         },
-        resume=task.resume,
+        resume=resumed,
     )
     tracked: TrackedTrial | None = None
     try:
-        study = _worker_study(task)
+        if study is None:
+            study = _worker_study(task)
         tracked = TrackedTrial(
             study, task.trial_id, run=run, metric=spec.metric, pruner_name=spec.search.pruner.name
         )
@@ -399,7 +427,7 @@ def execute(
         ctx = TrialContext(
             spec=spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
             study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
-            worker=worker, resumed=task.resume, run=run, rank=rank, world_size=world_size,
+            worker=worker, resumed=resumed, run=run, rank=rank, world_size=world_size,
             device_ids=devices.label(device_ids).split(","),
         )
         objective = _objective(task)

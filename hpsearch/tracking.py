@@ -211,6 +211,7 @@ class TrialRun:
         self._logged_params: dict[str, str] = {}
         self._finishing = threading.Event()
         self._last_drain = 0.0
+        self._held: set[tuple[str, int]] = set()  # (metric, step) pairs the run already has
         start_tags = {
             "mlflow.parentRunId": target.parent_run_id,
             "hpsearch.study": target.study_name,
@@ -225,8 +226,12 @@ class TrialRun:
         if self.run_id is None and resume:
             found = find_trial_runs(client, self.target, trial_numbers=[self.trial_number])
             if found:
-                self.run_id = found[self.trial_number].info.run_id
+                run = found[self.trial_number]
+                self.run_id = run.info.run_id
                 client.update_run(self.run_id, status="RUNNING", name=run_name(self.trial_number))
+                # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
+                for key in run.data.metrics:
+                    self._held.update((key, m.step) for m in client.get_metric_history(self.run_id, key))
         if self.run_id is None:
             run = client.create_run(
                 self.target.experiment_id, tags=tags, run_name=run_name(self.trial_number)
@@ -257,6 +262,7 @@ class TrialRun:
             metrics, params, tags = self._metrics, self._params, self._tags
             self._metrics, self._params, self._tags = [], {}, {}
             self._scheduled = False
+        metrics = [m for m in metrics if (m.key, m.step) not in self._held]
         try:
             client = get_client(self.target.uri)
             param_list = [Param(k, v) for k, v in params.items()]
@@ -269,6 +275,7 @@ class TrialRun:
                     params=param_list[: _MAX_BATCH["params"]],
                     tags=tag_list[: _MAX_BATCH["tags"]],
                 )
+                self._held.update((m.key, m.step) for m in metrics[: _MAX_BATCH["metrics"]])
                 metrics = metrics[_MAX_BATCH["metrics"] :]
                 param_list = param_list[_MAX_BATCH["params"] :]
                 tag_list = tag_list[_MAX_BATCH["tags"] :]

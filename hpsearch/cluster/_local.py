@@ -22,6 +22,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+import dask
+
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.exceptions import GpuAllocationError
 
@@ -162,6 +164,10 @@ def start_local_cluster(
             "dashboard_address": "127.0.0.1:0",  # its HTTP server (health, metrics) too
         },
     }
-    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")
+    # A worker that dies fails its task at once (Dask would retry it on other workers up to
+    # 3 times): the coordinator counts the losses itself, resumes the trial from its
+    # checkpoint and applies search.max_retries.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")
     cluster.hpsearch_plan = plan  # type: ignore[attr-defined]
     return cluster

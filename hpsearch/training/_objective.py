@@ -49,9 +49,15 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main else None
     state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
     first_epoch = 1
+    history: dict[int, dict[str, float]] = {}
     if state is not None:
         trainer.load_state_dict(state["trainer"])
         first_epoch = int(state["epoch"]) + 1
+        history = dict(state.get("metrics", {}))
+        for epoch, logged in sorted(history.items()):
+            # Lost with the worker if they had not reached MLflow yet; the run skips the
+            # (metric, step) pairs it already holds.
+            ctx.log_metrics(logged, step=epoch)
     name, memory = describe_device(device)
     ctx.set_tags({
         "hpsearch.precision": precision,
@@ -66,14 +72,14 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     value = float("nan") if state is None else float(state["value"])
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
-    value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value)
+    value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value, history)
     trainer.finish(ctx)
     if trainer.skipped_steps:
         ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
     return value
 
 
-def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float) -> float:  # type: ignore[no-untyped-def]
+def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict) -> float:  # type: ignore[no-untyped-def]
     spec = ctx.spec
     metric = spec.metric
     interval = float(spec.objective.checkpoint_interval)
@@ -91,8 +97,8 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
         if metric not in metrics:
             raise KeyError(f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})")
         value = metrics.pop(metric)
-        if not getattr(trial, "already_reported", lambda _: False)(epoch):
-            ctx.log_metrics(metrics, step=epoch)
+        ctx.log_metrics(metrics, step=epoch)  # a resumed trial's run skips the steps it holds
+        history[epoch] = metrics
         trial.report(value, epoch)
         if trial.should_prune():
             if checkpoints is not None:
@@ -100,7 +106,7 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
         if checkpoints is not None and now - last_checkpoint >= interval:
-            checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict()})
+            checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict(), "metrics": history})
             last_checkpoint = now
     return value
 

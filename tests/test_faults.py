@@ -1,0 +1,201 @@
+"""Faults lose nothing: real processes, real kills, bounded waits, no timing assertions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import yaml
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from hpsearch import Study
+
+from .conftest import mlflow_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _journal_study(run_dir: Path, name: str) -> optuna.Study | None:
+    journal = run_dir / name / "optuna.journal"
+    if not journal.exists():
+        return None
+    try:
+        return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))))
+    except KeyError:  # the file is there, the study not yet
+        return None
+
+
+def _slow_cnn(name: str, *, n_trials: int, epochs: int = 10, max_retries: int = 2) -> dict:
+    """CNN trials of about a second an epoch here, checkpointed every epoch, never pruned."""
+    return {
+        "name": name,
+        "objective": {
+            "model": "cnn", "dataset": {"name": "digits", "size": 28}, "epochs": epochs,
+            "precision": "fp32", "checkpoint_interval": 0,
+            "params": {"batch_size": 32, "channels": 16, "n_blocks": 2},
+        },
+        "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
+        "search": {"n_trials": n_trials, "sampler": "random", "pruner": "none", "seed": 0, "max_retries": max_retries},
+    }
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _trial_in_epoch(run_dir: Path, name: str, at_least: int):
+    """A running trial that has reported ``at_least`` epochs and has a checkpoint."""
+    study = _journal_study(run_dir, name)
+    if study is None:
+        return None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if len(t.intermediate_values) >= at_least and (run_dir / name / "checkpoints" / f"trial-{t.number}.pt").exists():
+            return t
+    return None
+
+
+def _kill_worker_running(client, trial_number: int) -> int:
+    """SIGKILL the worker process that runs ``trial_number``; return its pid."""
+    processing = client.processing()
+    for address, keys in processing.items():
+        if any(f"-trial-{trial_number}-" in str(k) for k in keys):
+            pid = client.run(os.getpid, workers=[address])[address]
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    pytest.fail(f"no worker is running trial {trial_number}: {processing}")
+
+
+@pytest.fixture
+def cluster_client():
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    cluster = start_local_cluster(n_workers=2, gpus_per_trial=1)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close(timeout=20)
+
+
+def _run_in_thread(study: Study):
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(result=study.run()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_a_killed_worker_resumes_its_trial_from_the_checkpoint(run_dir, cluster_client):
+    study = Study(_slow_cnn("kill-resume", n_trials=2, epochs=6), run_dir=run_dir, client=cluster_client)
+    thread, box = _run_in_thread(study)
+    victim = _wait(lambda: _trial_in_epoch(run_dir, "kill-resume", 2), 180, "a trial two epochs in")
+    _kill_worker_running(cluster_client, victim.number)
+    thread.join(timeout=300)
+    assert "result" in box, "the study goes on and ends"
+
+    trials = _journal_study(run_dir, "kill-resume").get_trials()
+    assert len(trials) == 2 and all(t.state == TrialState.COMPLETE for t in trials), [(t.state, t.user_attrs) for t in trials]
+    resumed = trials[victim.number]
+    assert resumed.user_attrs["hpsearch.attempt"] == 2
+    assert sorted(resumed.intermediate_values) == [1, 2, 3, 4, 5, 6]
+
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "kill-resume")
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    trial_runs = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == str(victim.number)]
+    assert len(trial_runs) == 1, "the resumed trial continues its run"
+    run = trial_runs[0]
+    assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 2, "it resumed from a checkpoint, not from scratch"
+    assert run.data.tags["hpsearch.attempt"] == "2"
+    for key in ("val_accuracy", "train_loss", "val_loss"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == [1, 2, 3, 4, 5, 6], f"{key}: every epoch exactly once"
+
+
+def test_a_trial_lost_more_than_max_retries_fails_with_the_reason(run_dir, cluster_client):
+    study = Study(_slow_cnn("kill-fail", n_trials=2, epochs=8, max_retries=0), run_dir=run_dir, client=cluster_client)
+    thread, box = _run_in_thread(study)
+    victim = _wait(lambda: _trial_in_epoch(run_dir, "kill-fail", 1), 180, "a trial one epoch in")
+    _kill_worker_running(cluster_client, victim.number)
+    thread.join(timeout=300)
+    assert "result" in box
+    trials = _journal_study(run_dir, "kill-fail").get_trials()
+    lost = trials[victim.number]
+    assert lost.state == TrialState.FAIL
+    assert lost.user_attrs["hpsearch.fail_reason"].startswith("worker lost 1 time: ")
+    other = [t for t in trials if t.number != victim.number]
+    assert all(t.state == TrialState.COMPLETE for t in other), "the study goes on"
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "kill-fail")
+    (run,) = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == str(victim.number)]
+    assert run.info.status == "FAILED" and run.data.tags["hpsearch.state"] == "FAIL"
+    assert run.data.tags["hpsearch.fail_reason"].startswith("worker lost 1 time")
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
+    name = "coord-kill"
+    spec = _slow_cnn(name, n_trials=4, epochs=5)
+    spec["cluster"] = {"n_workers": 2}
+    study_file = tmp_path / f"{name}.yaml"
+    study_file.write_text(yaml.safe_dump(spec))
+    run_dir = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "hpsearch.cli", "run", str(study_file), "--run-dir", str(run_dir)]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    env.pop("MLFLOW_TRACKING_URI")
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait(lambda: _trial_in_epoch(run_dir, name, 2), 240, "a trial two epochs in")
+        children = _descendants(first.pid)
+        assert len(children) >= 2, "the local cluster's worker processes"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"worker processes outlived their coordinator: {[p.cmdline() for p in alive]}"
+    finally:
+        if first.poll() is None:
+            first.kill()
+    before = _journal_study(run_dir, name).get_trials()
+    running = [t.number for t in before if t.state == TrialState.RUNNING]
+    assert running, "the kill left trials RUNNING"
+    ended_before = {t.number: t.state for t in before if t.state.is_finished()}
+
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert second.returncode == 0, second.stdout + second.stderr
+    trials = _journal_study(run_dir, name).get_trials()
+    assert len(trials) == 4, "exactly n_trials, no duplicates"
+    assert all(t.state == TrialState.COMPLETE for t in trials), [(t.number, t.state, t.user_attrs) for t in trials]
+    for number, state in ended_before.items():
+        assert trials[number].state == state, "ended trials stay as they were"
+    for number in running:
+        assert trials[number].user_attrs["hpsearch.attempt"] == 2
+        assert sorted(trials[number].intermediate_values) == [1, 2, 3, 4, 5]
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", name)
+    assert not [r for r in runs if r.info.status == "RUNNING"], "no run left RUNNING"
+    trial_runs = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert sorted(int(r.data.tags["hpsearch.trial_number"]) for r in trial_runs) == [0, 1, 2, 3]
+    resumed = [r for r in trial_runs if int(r.data.tags["hpsearch.trial_number"]) in running]
+    assert any(int(r.data.tags["hpsearch.resumed_from_epoch"]) >= 1 for r in resumed), "resumed from checkpoints"
+    for run in resumed:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
+        assert sorted(steps) == [1, 2, 3, 4, 5]
