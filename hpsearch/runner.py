@@ -334,10 +334,12 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         ids = devices.ids[:size]
     try:
         per_device = max(1, devices.threads // max(1, len(devices.ids)))
-        if size == 1:
+        if size == 1 and task.spec.objective.trial_timeout is None:
+            # In the worker's own process: no start-up at all. A trial with a time limit
+            # runs in a rank process instead, which can be killed when the limit passes.
             threads = devices.threads if not devices.lease else per_device
             return execute(task, devices=devices, device_ids=list(ids), local=[devices.local_device(ids[0])], n_threads=threads)
-        return _run_ranks(task, devices, list(ids), per_device)
+        return _run_ranks(task, devices, list(ids), per_device if size > 1 else (devices.threads if not devices.lease else per_device))
     finally:
         if devices.lease:
             _allocator(devices).release(ids)
@@ -357,12 +359,15 @@ def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads:
         return result
     # A rank failed (or rank 0 could not say): close the trial's run with the reason.
     first, _, tb = (failure.reason if failure else "rank 0 returned no result").partition("\n")
+    timed_out = failure is not None and failure.rank == -1
+    if timed_out:
+        first = f"{first} (objective.trial_timeout); its processes were killed"
     outcome = TrialOutcome(
-        task.trial_number, "FAIL", reason=first, error_type="RankFailure",
+        task.trial_number, "FAIL", reason=first, error_type="TrialTimeout" if timed_out else "RankFailure",
         worker=_worker_address(), pid=os.getpid(), duration_s=time.perf_counter() - start,
     )
     run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
-    run.set_tags({"hpsearch.fail_reason": first[:5000], "hpsearch.error_type": "RankFailure", "hpsearch.error_message": first[:5000]})
+    run.set_tags({"hpsearch.fail_reason": first[:5000], "hpsearch.error_type": outcome.error_type, "hpsearch.error_message": first[:5000]})
     if tb:
         run.log_text(tb, "traceback.txt")
     run.finish("FAIL")

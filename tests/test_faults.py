@@ -199,3 +199,44 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
     for run in resumed:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
         assert sorted(steps) == [1, 2, 3, 4, 5]
+
+
+def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_client):
+    from hpsearch.testing import user_spec
+
+    spec = user_spec("hang", "hpsearch.testing.objectives:hangs_on_odd", n_trials=4)
+    spec["objective"]["trial_timeout"] = 4
+    worker_pids = list(dask_client.run(os.getpid).values())
+    result = Study(spec, run_dir=run_dir, client=dask_client).run()
+    assert result.progress.ended == 4
+    trials = _journal_study(run_dir, "hang").get_trials()
+    for t in trials:
+        if t.number % 2:
+            assert t.state == TrialState.FAIL
+            assert t.user_attrs["hpsearch.fail_reason"].startswith("timed out after 4 s (objective.trial_timeout)")
+        else:
+            assert t.state == TrialState.COMPLETE
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "hang")
+    hung = [r for r in runs if r.data.tags.get("hpsearch.state") == "FAIL"]
+    assert len(hung) == 2 and all(r.data.tags["hpsearch.error_type"] == "TrialTimeout" for r in hung)
+    assert all(r.info.status == "FAILED" for r in hung)
+    # The processes that ran the hung trials were killed; the workers themselves live on.
+    for run in hung:
+        pid = int(run.data.tags["hpsearch.pid"])
+        assert pid not in worker_pids, "a trial with a time limit runs in a process of its own"
+        _wait(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, f"process {pid} to end")
+    assert all(psutil.pid_exists(pid) for pid in worker_pids)
+
+
+def test_a_truncated_checkpoint_is_ignored(tmp_path):
+    from hpsearch.training._checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path, 7)
+    store.save({"epoch": 1, "w": list(range(100))}, background=False)
+    store.save({"epoch": 2, "w": list(range(100))}, background=False)
+    assert store.load()["epoch"] == 2
+    data = store.latest.read_bytes()
+    store.latest.write_bytes(data[: len(data) // 2])  # a write cut short
+    assert store.load()["epoch"] == 1, "the previous good checkpoint"
+    store.previous.write_bytes(b"garbage")
+    assert store.load() is None, "none verifies: the trial starts from scratch"

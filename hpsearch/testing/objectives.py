@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import optuna
@@ -126,4 +127,13 @@ def record_devices(trial: optuna.Trial, ctx: object) -> float:
         trial.set_user_attr("devices", list(getattr(ctx, "device_ids", [])))
         trial.set_user_attr("span", [start, time.time()])
         trial.set_user_attr("size", size)
+    return x
+
+
+def hangs_on_odd(trial: optuna.Trial) -> float:
+    """Odd trials hang forever after one report (a deadlock, a stuck loader); even ones end."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    trial.report(x, 0)
+    if trial.number % 2:
+        threading.Event().wait()
     return x

@@ -22,10 +22,19 @@ def _watch_parent(parent: int) -> None:
 def main() -> None:
     parent = int(os.environ[ENV_PARENT])
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    # Import what every trial needs before saying hello: a trial's time limit then counts the
+    # trial, not the start-up, and the trial's threads (MLflow's writer among them) never
+    # race each other importing the same modules.
+    import mlflow  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import hpsearch.tracking  # noqa: F401
+    from hpsearch.runner import run_rank
+
     host, port = os.environ[ENV_ADDRESS].rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
     conn.send({"pid": os.getpid()})
-    from hpsearch.runner import run_rank
 
     while True:
         try:
