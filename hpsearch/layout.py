@@ -2,6 +2,7 @@
 
 ``RUN_DIR/NAME/optuna.journal``   the Optuna study (default storage)
 ``RUN_DIR/NAME/checkpoints/``      one checkpoint per trial, written atomically each epoch
+``RUN_DIR/NAME/tracking-backlog/`` MLflow writes kept while the tracking store was unreachable
 ``RUN_DIR/NAME/study.yaml``        the spec as it was run
 ``RUN_DIR/mlflow.db``              one MLflow store for all studies of the run folder
 ``RUN_DIR/mlartifacts/``           MLflow artifacts of that store
@@ -38,6 +39,11 @@ class RunLayout:
     @property
     def checkpoints(self) -> Path:
         return self.study_dir / "checkpoints"
+
+    @property
+    def tracking_backlog(self) -> Path:
+        """MLflow writes that could not be made (the store was unreachable), kept for later."""
+        return self.study_dir / "tracking-backlog"
 
     @property
     def spec_file(self) -> Path:

@@ -50,7 +50,9 @@ def dask_setup(worker: Any) -> None:
     from optuna.storages import GrpcStorageProxy  # noqa: F401
 
     import hpsearch.runner  # noqa: F401
-    import hpsearch.tracking  # noqa: F401
+    import hpsearch.tracking
+
+    hpsearch.tracking.fail_fast_http()
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

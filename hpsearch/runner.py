@@ -573,9 +573,11 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
                 task, devices=devices, device_ids=list(devices.ids), local=local, n_threads=threads,
                 rank=0, world_size=world, worker=payload.get("worker"),
             )
-            from hpsearch.tracking import flush
+            from hpsearch.tracking import flush, spool
 
-            flush(60.0)  # this process may be ended with its pool: leave nothing unwritten
+            # This process may be ended with its pool: leave nothing unwritten, or else on disk.
+            if flush(60.0):
+                spool(Path(task.study_dir) / "tracking-backlog")
             return outcome
         _follow(task, local=local, n_threads=threads, rank=rank, world_size=world, labels=devices.label(devices.ids).split(","))
         return None
@@ -598,8 +600,15 @@ def _follow(task: TrialTask, *, local: list[str], n_threads: int, rank: int, wor
         pass  # rank 0 records the decision
 
 
-def flush_tracking(timeout: float = 120.0) -> int:
+def flush_tracking(timeout: float | None = None) -> int:
     """Wait for this worker's pending MLflow writes (run on every worker at the end of a study)."""
-    from hpsearch.tracking import flush
+    from hpsearch.tracking import flush, flush_timeout
 
-    return flush(timeout)
+    return flush(flush_timeout() if timeout is None else timeout)
+
+
+def spool_tracking(folder: str) -> int:
+    """Save this worker's MLflow writes that could not be made to ``folder``; return how many runs."""
+    from hpsearch.tracking import spool
+
+    return spool(folder)

@@ -77,6 +77,24 @@ class Study:
         """Load a study file; keyword overrides (``n_trials=4``, ``storage=...``) win over it."""
         return cls(StudySpec.from_yaml(path, overrides=overrides), run_dir=run_dir, client=client)
 
+    def _close_tracking(self, tracker: Any, study: optuna.Study, best: Any, status: str) -> None:
+        """Close every trial's run with its true state and record the summary on the study's run."""
+        trials = study.get_trials(deepcopy=False)
+        tracker.reconcile(trials)
+        if best is not None:
+            try:
+                tracker.copy_best_images(best.number)
+            except Exception as exc:  # a missing picture must not fail a finished study
+                log.warning("could not copy the best trial's images: %s", exc)
+        tracker.finish(
+            status=status,
+            tags={
+                "hpsearch.best_trial": best.number if best else "none",
+                "hpsearch.n_ended": sum(t.state.is_finished() for t in trials),
+            },
+            metrics={f"best_{self.spec.metric}": best.value} if best else {},
+        )
+
     # ------------------------------------------------------------------ where things are
 
     @property
@@ -210,10 +228,10 @@ class Study:
         from hpsearch.cluster import capacity
         from hpsearch.coordinator import Coordinator, best_trial
         from hpsearch.pruning import build_pruner
-        from hpsearch.runner import flush_tracking
+        from hpsearch.runner import flush_tracking, spool_tracking
         from hpsearch.sampling import build_sampler
         from hpsearch.storage import StorageProxy, open_storage
-        from hpsearch.tracking import StudyTracker, check_reachable
+        from hpsearch.tracking import ServerWatch, StudyTracker, check_reachable, flush_timeout, replay_backlog
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
@@ -261,38 +279,42 @@ class Study:
                     },
                     spec_yaml=spec.to_yaml(),
                 )
+                written, _ = replay_backlog(self.layout.tracking_backlog)
+                if written:
+                    log.warning("wrote %d trial runs' MLflow records kept from an earlier run", written)
                 proxy = StorageProxy(storage, host=self._proxy_host(remote)).start()
                 coordinator = Coordinator(
                     spec, study, client=client, capacity=cap, proxy=proxy.address,
                     tracking=target, study_dir=str(self.layout.study_dir),
                     search_paths=self.search_paths, on_progress=on_progress,
                 )
-                progress = coordinator.run()
+                with ServerWatch(self.mlflow_uri):
+                    progress = coordinator.run()
                 status = "FINISHED"
-                client.run(flush_tracking)  # every worker's MLflow writes are in
+                # Every worker's MLflow writes are in, or else saved for the next run.
+                if sum(client.run(flush_tracking, flush_timeout()).values()):
+                    saved = sum(client.run(spool_tracking, str(self.layout.tracking_backlog)).values())
+                    if saved:
+                        log.warning(
+                            "MLflow: %d trial runs could not be written (the tracking store does not answer); "
+                            "kept in %s and written on the next run of this study", saved, self.layout.tracking_backlog,
+                        )
                 progress.tracked = time.monotonic()
         finally:
             # The cluster is closed by now (local) or the trials cancelled (remote): what the
             # workers could not close, the coordinator closes with the trials' true states.
             if proxy is not None:
                 proxy.stop()
+            best = best_trial(study) if study is not None else None
             if tracker is not None and study is not None:
-                trials = study.get_trials(deepcopy=False)
-                tracker.reconcile(trials)
-                best = best_trial(study)
-                if best is not None:
-                    try:
-                        tracker.copy_best_images(best.number)
-                    except Exception as exc:  # a missing picture must not fail a finished study
-                        log.warning("could not copy the best trial's images: %s", exc)
-                tracker.finish(
-                    status=status,
-                    tags={
-                        "hpsearch.best_trial": best.number if best else "none",
-                        "hpsearch.n_ended": sum(t.state.is_finished() for t in trials),
-                    },
-                    metrics={f"best_{spec.metric}": best.value} if best else {},
-                )
+                try:
+                    check_reachable(self.mlflow_uri)
+                    self._close_tracking(tracker, study, best, status)
+                except Exception as exc:  # the store is down: the next run of the study does it
+                    log.warning(
+                        "MLflow: could not record the study's end (%s: %s); the next run of this "
+                        "study reconciles its runs", type(exc).__name__, exc,
+                    )
         return StudyResult(
             spec.name, progress, best, redact(self.storage_url), self.mlflow_uri,
             self.experiment, target.parent_run_id,

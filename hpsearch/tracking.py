@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +47,10 @@ _MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
 #: Seconds a running trial's metrics wait to be batched with the next ones (fast epochs
 #: then cost one write a second, not one each); the final batch of a trial never waits.
 BATCH_INTERVAL = 1.0
+def flush_timeout() -> float:
+    """Seconds the end of a study waits for the workers' MLflow writes before it saves the
+    rest to disk: 120, or ``HPSEARCH_TRACKING_FLUSH_S``."""
+    return float(os.environ.get("HPSEARCH_TRACKING_FLUSH_S", "120"))
 _PARAM_VALUE_LIMIT = 6000
 
 
@@ -93,6 +99,54 @@ def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
+
+
+def fail_fast_http() -> None:
+    """Let MLflow's HTTP client fail at once instead of retrying for minutes (its default).
+
+    For the processes whose writes go through :class:`TrialRun`: it keeps what failed and
+    retries on its own schedule (at most 10 s apart), so a server that comes back is written
+    to within seconds. Set the variables yourself to choose otherwise.
+    """
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+class ServerWatch:
+    """Tells the user, once each way, when a tracking server stops answering and comes back.
+
+    Trials go on meanwhile: their writes are kept and retried (see :class:`TrialRun`).
+    """
+
+    def __init__(self, uri: str, *, interval: float = 5.0) -> None:
+        self.uri = uri
+        self.interval = interval
+        self.down_since: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ServerWatch:
+        if self.uri.startswith(("http://", "https://")):
+            self._thread = threading.Thread(target=self._loop, name="hpsearch-mlflow-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                check_reachable(self.uri, timeout=self.interval)
+            except TrackingError as exc:
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+                    log.warning("%s; trials go on, their MLflow writes are kept and retried", exc)
+                continue
+            if self.down_since is not None:
+                log.warning("MLflow tracking server %s answers again after %.0f s; the kept writes are being made",
+                            self.uri, time.monotonic() - self.down_since)
+                self.down_since = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,7 +243,12 @@ class TrialRun:
 
     Calls return at once; the writes happen in order on the process's writer thread, metrics
     coalesced into batches. A trial that runs again (a retry, a resumed study) finds its run
-    by tag and continues it instead of opening a second one.
+    by tag and continues it instead of opening a second one, skipping the (metric, step)
+    pairs the run already holds.
+
+    Everything not yet written is plain data (metrics, params, tags, artifacts, the final
+    state), so when the store stays unreachable it can be saved to disk (:func:`spool`) and
+    written later (:func:`replay_backlog`); writing a record twice changes nothing.
     """
 
     def __init__(
@@ -199,6 +258,7 @@ class TrialRun:
         *,
         tags: Mapping[str, Any],
         resume: bool,
+        _submit: bool = True,
     ) -> None:
         self.target = target
         self.trial_number = trial_number
@@ -207,38 +267,47 @@ class TrialRun:
         self._metrics: list[Any] = []
         self._params: dict[str, str] = {}
         self._tags: dict[str, str] = {}
+        self._artifacts: list[tuple[str, Any, str]] = []  # ("text" | "image", payload, file)
+        self._final: str | None = None
+        self._closed = False
+        self._spooled = False
         self._scheduled = False
         self._logged_params: dict[str, str] = {}
         self._finishing = threading.Event()
         self._last_drain = 0.0
         self._held: set[tuple[str, int]] = set()  # (metric, step) pairs the run already has
-        start_tags = {
+        self._inflight: tuple[list[Any], dict[str, str], dict[str, str]] = ([], {}, {})
+        self._resume = resume
+        self._start_tags = {
             "mlflow.parentRunId": target.parent_run_id,
             "hpsearch.study": target.study_name,
             "hpsearch.trial_number": str(trial_number),
             "hpsearch.state": "RUNNING",
             **{k: str(v) for k, v in tags.items()},
         }
-        _writer.submit(lambda: self._open(start_tags, resume))
+        if _submit:
+            _live.add(self)
+            with self._lock:
+                self._schedule()
 
-    def _open(self, tags: dict[str, str], resume: bool) -> None:
-        client = get_client(self.target.uri)
-        if self.run_id is None and resume:
+    def _open(self, client: MlflowClient) -> None:
+        if self.run_id is None and self._resume:
             found = find_trial_runs(client, self.target, trial_numbers=[self.trial_number])
             if found:
                 run = found[self.trial_number]
                 self.run_id = run.info.run_id
-                client.update_run(self.run_id, status="RUNNING", name=run_name(self.trial_number))
-                # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
-                for key in run.data.metrics:
-                    self._held.update((key, m.step) for m in client.get_metric_history(self.run_id, key))
+                if not self._closed:
+                    client.update_run(self.run_id, status="RUNNING", name=run_name(self.trial_number))
         if self.run_id is None:
             run = client.create_run(
-                self.target.experiment_id, tags=tags, run_name=run_name(self.trial_number)
+                self.target.experiment_id, tags=self._start_tags, run_name=run_name(self.trial_number)
             )
             self.run_id = run.info.run_id
         else:
-            self._set_tags_now(client, tags)
+            # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
+            for key in client.get_run(self.run_id).data.metrics:
+                self._held.update((key, m.step) for m in client.get_metric_history(self.run_id, key))
+            self._set_tags_now(client, self._start_tags)
 
     def _set_tags_now(self, client: MlflowClient, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
@@ -251,20 +320,27 @@ class TrialRun:
             self._scheduled = True
             _writer.submit(self._drain)
 
-    def _drain(self) -> None:
+    def _drain(self, *, wait: bool = True) -> None:
         from mlflow.entities import Param, RunTag
 
-        wait = self._last_drain + BATCH_INTERVAL - time.monotonic()
-        if wait > 0:
-            self._finishing.wait(wait)  # gather more, unless the trial is ending
+        if self._spooled:
+            return  # saved to disk: the record, not this process, writes it now
+
+        pause = self._last_drain + BATCH_INTERVAL - time.monotonic()
+        if wait and pause > 0:
+            self._finishing.wait(pause)  # gather more, unless the trial is ending
         self._last_drain = time.monotonic()
+        client = get_client(self.target.uri)
+        if self.run_id is None or self._resume:
+            self._open(client)
+            self._resume = False
         with self._lock:
             metrics, params, tags = self._metrics, self._params, self._tags
             self._metrics, self._params, self._tags = [], {}, {}
             self._scheduled = False
         metrics = [m for m in metrics if (m.key, m.step) not in self._held]
+        self._inflight = (metrics, params, tags)  # in a record too, should the process be saved now
         try:
-            client = get_client(self.target.uri)
             param_list = [Param(k, v) for k, v in params.items()]
             tag_list = [RunTag(k, v) for k, v in tags.items()]
             # One transaction when it fits MLflow's batch limits (the usual case).
@@ -285,8 +361,27 @@ class TrialRun:
                 self._metrics = metrics + self._metrics
                 self._params = {**params, **self._params}
                 self._tags = {**tags, **self._tags}
+                self._inflight = ([], {}, {})
                 self._scheduled = True
             raise
+        self._inflight = ([], {}, {})
+        while True:
+            with self._lock:
+                if not self._artifacts:
+                    break
+                kind, payload, file = self._artifacts[0]
+            if kind == "text":
+                client.log_text(self.run_id, payload, file)
+            else:
+                client.log_image(self.run_id, payload, artifact_file=file)
+            with self._lock:
+                self._artifacts.pop(0)
+        with self._lock:
+            final = self._final if not (self._metrics or self._params or self._tags or self._artifacts) else None
+        if final is not None and not self._closed:
+            client.set_terminated(self.run_id, RUN_STATUS[final])
+            self._closed = True
+            _live.discard(self)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -313,18 +408,135 @@ class TrialRun:
             self._schedule()
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        _writer.submit(lambda: get_client(self.target.uri).log_text(self.run_id, text, artifact_file))
+        with self._lock:
+            self._artifacts.append(("text", text, artifact_file))
+            self._schedule()
 
     def log_image(self, image: Any, artifact_file: str) -> None:
         """Log an image (an ``H x W x 3`` uint8 array) as an artifact, e.g. ``samples.png``."""
-        _writer.submit(lambda: get_client(self.target.uri).log_image(self.run_id, image, artifact_file=artifact_file))
+        with self._lock:
+            self._artifacts.append(("image", image, artifact_file))
+            self._schedule()
 
     def finish(self, state: str) -> None:
         """Record the final state and end the run (FINISHED, or FAILED for a failed trial)."""
         # The run name travels as the mlflow.runName tag in the last batch.
         self._finishing.set()
-        self.set_tags({"hpsearch.state": state, "mlflow.runName": run_name(self.trial_number, state)})
-        _writer.submit(lambda: get_client(self.target.uri).set_terminated(self.run_id, RUN_STATUS[state]))
+        with self._lock:
+            self._tags.update({"hpsearch.state": state, "mlflow.runName": run_name(self.trial_number, state)})
+            self._final = state
+            self._schedule()
+
+    # ------------------------------------------------------------ saved to disk, and back
+
+    def pending(self) -> bool:
+        with self._lock:
+            return not self._closed and bool(
+                self._metrics or self._params or self._tags or self._artifacts or self._final
+                or self.run_id is None or any(self._inflight)
+            )
+
+    def to_record(self) -> dict[str, Any]:
+        """What is not yet written, as JSON-able data."""
+        import base64
+
+        import numpy as np
+
+        with self._lock:
+            artifacts = []
+            for kind, payload, file in self._artifacts:
+                if kind == "image":
+                    array = np.ascontiguousarray(payload, dtype=np.uint8)
+                    payload = {"shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
+                artifacts.append([kind, payload, file])
+            sending_metrics, sending_params, sending_tags = self._inflight
+            return {
+                "target": dataclasses.asdict(self.target),
+                "trial_number": self.trial_number,
+                "run_id": self.run_id,
+                "start_tags": self._start_tags,
+                "metrics": [[m.key, m.value, m.timestamp, m.step] for m in [*sending_metrics, *self._metrics]],
+                "params": {**sending_params, **self._params},
+                "tags": {**sending_tags, **self._tags},
+                "artifacts": artifacts,
+                "final": self._final,
+            }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrialRun:
+        import base64
+
+        import numpy as np
+        from mlflow.entities import Metric
+
+        run = cls(TrackingTarget(**record["target"]), int(record["trial_number"]), tags={}, resume=True, _submit=False)
+        run.run_id = record.get("run_id")
+        run._start_tags = dict(record["start_tags"])
+        run._metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in record["metrics"]]
+        run._params = dict(record["params"])
+        run._tags = dict(record["tags"])
+        for kind, payload, file in record["artifacts"]:
+            if kind == "image":
+                payload = np.frombuffer(base64.b64decode(payload["data"]), dtype=np.uint8).reshape(payload["shape"])
+            run._artifacts.append((kind, payload, file))
+        run._final = record.get("final")
+        run._finishing.set()
+        return run
+
+
+_live: set[TrialRun] = set()
+
+
+def spool(folder: str | os.PathLike[str], *, flush_timeout: float = 0.0) -> int:
+    """Save every trial run of this process that still has writes to make to ``folder``.
+
+    Waits ``flush_timeout`` seconds first. Returns how many runs were saved; this process
+    stops writing them (:func:`replay_backlog` does, later).
+    """
+    import json
+
+    _writer.flush(flush_timeout)
+    runs = [run for run in list(_live) if run.pending()]
+    if not runs:
+        return 0
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        path = out / f"trial-{run.trial_number}-{os.getpid()}-{id(run):x}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(run.to_record()))
+        os.replace(tmp, path)
+        run._spooled = True  # one writer for each record: the file
+        _live.discard(run)
+    return len(runs)
+
+
+def replay_backlog(folder: str | os.PathLike[str]) -> tuple[int, int]:
+    """Write the trial runs saved in ``folder``; return (written, still failing).
+
+    Each record that is written is deleted; one that fails stays for the next time.
+    """
+    import json
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0, 0
+    written = failed = 0
+    for path in sorted(folder.glob("*.json")):
+        try:
+            run = TrialRun.from_record(json.loads(path.read_text()))
+            run._drain(wait=False)
+            if run.pending():
+                raise TrackingError(f"{path.name}: not everything was written")
+        except Exception as exc:
+            log.warning("could not write the saved MLflow record %s: %s", path, exc)
+            failed += 1
+            continue
+        path.unlink()
+        written += 1
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    return written, failed
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,7 +699,6 @@ class StudyTracker:
     def copy_best_images(self, trial_number: int) -> list[str]:
         """Log the best trial's images (a GAN's ``samples.png``) on the study's run too, under
         ``best_trial/``; return the artifact paths."""
-        import os
         import tempfile
 
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar in the CLI's output

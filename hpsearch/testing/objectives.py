@@ -137,3 +137,13 @@ def hangs_on_odd(trial: optuna.Trial) -> float:
     if trial.number % 2:
         threading.Event().wait()
     return x
+
+
+def steady(trial: optuna.Trial, ctx: object) -> float:
+    """Eight steps of half a second, each reported and logged with a second metric."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(1, 9):
+        time.sleep(0.5)
+        trial.report(x / step, step)
+        ctx.log_metrics({"other": float(step)}, step)  # type: ignore[attr-defined]
+    return x / 8

@@ -29,8 +29,10 @@ def main() -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    import hpsearch.tracking  # noqa: F401
+    import hpsearch.tracking
     from hpsearch.runner import run_rank
+
+    hpsearch.tracking.fail_fast_http()
 
     host, port = os.environ[ENV_ADDRESS].rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
