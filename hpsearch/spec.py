@@ -521,14 +521,15 @@ class ObjectiveSpec(_Spec):
             "Seconds (or '90s', '30m', '2h', '1d') one trial may run. Default null: no limit."
         ),
     )
-    checkpoint_interval: _Float = Field(
+    checkpoint_interval: Annotated[Union[float, None], BeforeValidator(_optional(_expect_float))] = Field(
         default=5.0,
         ge=0.0,
         description=(
             "Seconds between a built-in trial's checkpoints: one is written at the end of an "
             "epoch when this long has passed since the last (the first epoch always writes "
-            "one). 0 writes one every epoch. Default 5: a killed trial loses at most about "
-            "5 s of work, and fast epochs do not pay for a checkpoint each."
+            "one). 0 writes one every epoch; null writes none (a lost trial starts again from "
+            "scratch). Default 5: a killed trial loses at most about 5 s of work, and fast "
+            "epochs do not pay for a checkpoint each."
         ),
     )
 

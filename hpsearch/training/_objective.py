@@ -46,7 +46,8 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         family, model, params, data, device=device, precision=precision,
         seed=seed * 7919 + trial.number, rank=ctx.rank, world_size=ctx.world_size,
     )
-    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main else None
+    keep = spec.objective.checkpoint_interval is not None
+    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main and keep else None
     state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
     first_epoch = 1
     history: dict[int, dict[str, float]] = {}
@@ -82,7 +83,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
 def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict) -> float:  # type: ignore[no-untyped-def]
     spec = ctx.spec
     metric = spec.metric
-    interval = float(spec.objective.checkpoint_interval)
+    interval = float(spec.objective.checkpoint_interval or 0.0)
     last_checkpoint = -math.inf
     for epoch in range(first_epoch, spec.objective.epochs + 1):
         epoch_start = time.perf_counter()
