@@ -99,8 +99,10 @@ class Coordinator:
         study_dir: str,
         search_paths: list[str],
         on_progress: Callable[[Progress], None] | None = None,
+        objective: Callable[..., float] | None = None,
     ) -> None:
         self.spec = spec
+        self.objective = objective
         self.study = study
         self.client = client
         self.capacity = capacity
@@ -191,6 +193,7 @@ class Coordinator:
             study_name=self.study.study_name, trial_id=item.trial_id, trial_number=item.number,
             spec=self.spec, proxy=self.proxy, tracking=self.tracking, study_dir=self.study_dir,
             search_paths=self.search_paths, resume=item.resume, size=item.size,
+            objective=self.objective,
         )
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
@@ -261,7 +264,7 @@ class Coordinator:
         self._last_loss[info.number] = f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
         if losses > self.spec.search.max_retries:
             return None
-        log.warning("trial %d: its worker was lost (%d of %d retries); it resumes from its checkpoint",
+        log.warning("trial %d: its worker was lost (%d of %d retries); it runs again, from its last checkpoint if it has one",
                     info.number, losses, self.spec.search.max_retries)
         return _Ready(info.trial_id, info.number, resume=True, size=info.size)
 

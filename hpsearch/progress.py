@@ -51,3 +51,57 @@ class RichProgress:
 
     def __call__(self, p: Progress) -> None:
         self._progress.update(self._task, total=p.n_trials, completed=p.ended, stats=describe(p))
+
+
+def plain(p: Progress) -> str:
+    """:func:`describe` without rich markup."""
+    import re
+
+    return re.sub(r"\[/?[a-z ]*\]", "", describe(p))
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel."""
+    import sys
+
+    shell = sys.modules.get("IPython")
+    ip = shell.get_ipython() if shell is not None and hasattr(shell, "get_ipython") else None
+    return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
+
+
+class NotebookProgress:
+    """A progress bar of ended trials in Jupyter (tqdm's widget, or text without ipywidgets)."""
+
+    def __init__(self, *, title: str) -> None:
+        self._title = title
+        self._bar: Any = None
+
+    def __enter__(self) -> NotebookProgress:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=None, desc=self._title, unit="trial")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+
+    def __call__(self, p: Progress) -> None:
+        if self._bar.total != p.n_trials:
+            self._bar.total = p.n_trials
+        self._bar.n = p.ended
+        self._bar.set_postfix_str(plain(p), refresh=False)
+        self._bar.refresh()
+
+
+def auto_display(title: str) -> Any:
+    """The display that suits where this runs: a bar in Jupyter, rich in a terminal, else none."""
+    import contextlib
+    import sys
+
+    if in_notebook():
+        return NotebookProgress(title=title)
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        return RichProgress(Console(stderr=True), title=title)
+    return contextlib.nullcontext()

@@ -53,6 +53,9 @@ class TrialTask:
     search_paths: list[str]
     resume: bool = False
     size: int | None = None  # devices of this trial (when gpus_per_trial is searched)
+    #: The objective itself, where it cannot be imported by name on the workers (a function
+    #: defined in a notebook): Dask ships it by value (cloudpickle).
+    objective: Callable[..., float] | None = None
 
 
 @dataclass
@@ -239,6 +242,8 @@ def _worker_address() -> str:
 
 
 def _objective(task: TrialTask) -> Callable[..., float]:
+    if task.objective is not None:
+        return task.objective
     spec = task.spec
     if spec.is_user_objective:
         from hpsearch.spec import load_user_objective

@@ -60,10 +60,19 @@ class Study:
         *,
         run_dir: str | os.PathLike[str] | None = None,
         client: Client | None = None,
+        objective: Callable[..., float] | None = None,
     ) -> None:
+        if objective is not None:
+            # A function defined right here (a notebook cell): the spec names it, and the
+            # workers get the function itself, by value.
+            ref = f"{objective.__module__}:{objective.__qualname__}"
+            if isinstance(spec, StudySpec):
+                spec = spec.to_dict()
+            spec = {**spec, "objective": {**dict(spec.get("objective") or {}), "model": ref}}
         self.spec = spec if isinstance(spec, StudySpec) else StudySpec.from_dict(spec)
         self.layout = RunLayout.of(run_dir, self.spec.name)
         self.client = client
+        self.objective = objective
 
     @classmethod
     def from_yaml(
@@ -94,6 +103,93 @@ class Study:
             },
             metrics={f"best_{self.spec.metric}": best.value} if best else {},
         )
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], *, client: Client | None = None) -> Study:
+        """Re-open a study from its run folder (``RUN_DIR/NAME``), to analyse it or run it on.
+
+        Example:
+            >>> study = hpsearch.Study.load("runs/quickstart")   # doctest: +SKIP
+            >>> study.best_trial.value                            # doctest: +SKIP
+            0.9916
+        """
+        from hpsearch.exceptions import SpecError
+
+        folder = Path(folder)
+        spec_file = folder / "study.yaml"
+        if not spec_file.is_file():
+            raise SpecError(f"{folder}: not a study's run folder (it has no study.yaml; run the study first)")
+        spec = StudySpec.from_yaml(spec_file)
+        if spec.name != folder.name:
+            raise SpecError(f"{spec_file}: name: the study is {spec.name!r} but its folder is {folder.name!r}")
+        return cls(spec, run_dir=folder.parent, client=client)
+
+    # ------------------------------------------------------------------ reading it back
+
+    def _runs(self) -> dict[int, Any]:
+        from hpsearch.analysis import trial_runs
+
+        try:
+            return trial_runs(self.mlflow_uri, self.experiment, self.spec.name)
+        except Exception as exc:  # the tracking store is not reachable: the study still answers
+            log.warning("MLflow runs not read (%s: %s)", type(exc).__name__, exc)
+            return {}
+
+    @property
+    def best_trial(self) -> Any:
+        """The best complete trial: ``number``, ``value``, ``params``, ``run_id`` (MLflow), or ``None``."""
+        from hpsearch.analysis import best_trial
+
+        return best_trial(self.optuna_study(), metric=self.spec.metric, runs=self._runs())
+
+    def trials_dataframe(self) -> Any:
+        """A pandas DataFrame, one row per trial: state, value, duration, worker, devices,
+        MLflow run id, the reason it was pruned or failed, and ``params_*`` columns."""
+        from hpsearch.analysis import trials_dataframe
+
+        return trials_dataframe(self.optuna_study(), runs=self._runs())
+
+    def plot_history(self) -> Any:
+        """The optimization history (a matplotlib figure; shown inline in Jupyter)."""
+        from hpsearch.analysis import plot_history
+
+        return plot_history(self.optuna_study(), metric=self.spec.metric)
+
+    def plot_intermediate_values(self) -> Any:
+        """Learning curves of every trial, complete and pruned in different colours."""
+        from hpsearch.analysis import plot_intermediate_values
+
+        return plot_intermediate_values(self.optuna_study(), metric=self.spec.metric)
+
+    def plot_importances(self) -> Any:
+        """Hyperparameter importances (fANOVA over the complete trials)."""
+        from hpsearch.analysis import plot_importances
+
+        return plot_importances(self.optuna_study(), metric=self.spec.metric)
+
+    def plot_parallel_coordinate(self) -> Any:
+        """Parameters and value of every complete trial, as lines across parallel axes."""
+        from hpsearch.analysis import plot_parallel_coordinate
+
+        return plot_parallel_coordinate(self.optuna_study(), metric=self.spec.metric)
+
+    def report(self) -> list[Path]:
+        """Write the plots (PNG, and one interactive HTML page) to ``RUN_DIR/NAME/report/`` and
+        log them as artifacts of the study's MLflow run; return the files."""
+        from hpsearch.analysis import write_report
+        from hpsearch.tracking import get_client
+
+        files = write_report(self.optuna_study(), self.layout.study_dir / "report", metric=self.spec.metric)
+        client = get_client(self.mlflow_uri)
+        exp = client.get_experiment_by_name(self.experiment)
+        parents = [] if exp is None else client.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' and tags.`hpsearch.role` = 'study'",
+        )
+        for run in parents[:1]:
+            for path in files:
+                client.log_artifact(run.info.run_id, str(path), artifact_path="report")
+        return files
 
     # ------------------------------------------------------------------ where things are
 
@@ -221,8 +317,20 @@ class Study:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=20)
 
-    def run(self, *, on_progress: Callable[[Progress], None] | None = None) -> StudyResult:
-        """Run the study until ``search.n_trials`` trials have ended (resuming it if it exists)."""
+    def run(self, *, on_progress: Callable[[Progress], None] | None = None, progress: bool = True) -> StudyResult:
+        """Run the study until ``search.n_trials`` trials have ended (resuming it if it exists).
+
+        Shows its progress (a bar in Jupyter, a live display in a terminal) unless
+        ``progress=False`` or an ``on_progress`` callback takes the updates instead.
+        """
+        if on_progress is None and progress:
+            from hpsearch.progress import auto_display
+
+            with auto_display(self.spec.name) as display:
+                return self._run(on_progress=display)
+        return self._run(on_progress=on_progress)
+
+    def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
         import optuna
 
         from hpsearch.cluster import capacity
@@ -287,6 +395,7 @@ class Study:
                     spec, study, client=client, capacity=cap, proxy=proxy.address,
                     tracking=target, study_dir=str(self.layout.study_dir),
                     search_paths=self.search_paths, on_progress=on_progress,
+                    objective=self.objective,
                 )
                 with ServerWatch(self.mlflow_uri):
                     progress = coordinator.run()

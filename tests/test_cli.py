@@ -146,3 +146,14 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     exp = client.get_experiment_by_name("slow")
     runs = client.search_runs([exp.experiment_id])
     assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def test_an_unreachable_tracking_server_is_one_line_at_start(tmp_path):
+    study_file = tmp_path / "tiny.yaml"
+    study_file.write_text(GOOD)
+    proc = _hpsearch("run", str(study_file), "--mlflow-uri", "http://127.0.0.1:9", cwd=tmp_path)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines == ["error: MLflow tracking server http://127.0.0.1:9 is unreachable: [Errno 111] Connection refused"], out
+    assert not (tmp_path / "runs").exists(), "nothing half-written"

@@ -1,0 +1,257 @@
+"""Reading a study back: its best trial, a table of its trials, and the plots people look at.
+
+Everything here reads the Optuna study and the MLflow store with stock clients; nothing
+needs the cluster. The plots are matplotlib figures (PNG in a report, inline in Jupyter);
+:func:`write_report` also writes one interactive HTML page (plotly) of the same views.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+STATE_COLORS = {"COMPLETE": "#1f77b4", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#7f7f7f"}
+PLOTS = ("history", "intermediate_values", "importances", "parallel_coordinate")
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    """The best complete trial of a study."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    run_id: str | None
+    metric: str
+    direction: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trial_runs(mlflow_uri: str, experiment: str, study_name: str) -> dict[int, Any]:
+    """The MLflow run of each trial of a study, by trial number (empty if there is none)."""
+    from hpsearch.tracking import get_client
+
+    client = get_client(mlflow_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    runs: dict[int, Any] = {}
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.`hpsearch.study` = '{study_name}'",
+            max_results=1000, page_token=token, order_by=["attributes.start_time ASC"],
+        )
+        for run in page:
+            number = run.data.tags.get("hpsearch.trial_number")
+            if number is not None:
+                runs[int(number)] = run
+        token = page.token
+        if not token:
+            return runs
+
+
+def best_trial(study: optuna.Study, *, metric: str, runs: dict[int, Any] | None = None) -> BestTrial | None:
+    from hpsearch.coordinator import best_trial as pick
+
+    best = pick(study)
+    if best is None:
+        return None
+    run = (runs or {}).get(best.number)
+    return BestTrial(
+        best.number, float(best.value), dict(best.params), run.info.run_id if run is not None else None,
+        metric, study.direction.name.lower(),
+    )
+
+
+def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None) -> pd.DataFrame:
+    """One row per trial: number, state, value, duration_s, worker, devices, run_id, reason,
+    then one column per parameter (``params_<name>``)."""
+    import pandas as pd
+
+    runs = runs or {}
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        run = runs.get(t.number)
+        tags = run.data.tags if run is not None else {}
+        duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value,
+            "last_step": max(t.intermediate_values, default=None),
+            "duration_s": duration,
+            "worker": t.user_attrs.get("hpsearch.worker") or tags.get("hpsearch.worker"),
+            "devices": tags.get("hpsearch.devices"),
+            "run_id": run.info.run_id if run is not None else None,
+            "reason": t.user_attrs.get("hpsearch.fail_reason") or t.user_attrs.get("hpsearch.prune_reason"),
+        }
+        row.update({f"params_{k}": v for k, v in t.params.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _figure(title: str) -> tuple[Figure, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    return fig, ax
+
+
+def plot_history(study: optuna.Study, *, metric: str) -> Figure:
+    """Each complete trial's value by trial number, and the best so far."""
+    fig, ax = _figure(f"Optimization history: {metric}")
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+    maximize = study.direction.name == "MAXIMIZE"
+    xs = [t.number for t in done]
+    ys = [t.value for t in done]
+    best, run = [], None
+    for y in ys:
+        run = y if run is None else (max(run, y) if maximize else min(run, y))
+        best.append(run)
+    ax.scatter(xs, ys, s=18, color=STATE_COLORS["COMPLETE"], label="complete trial")
+    if xs:
+        ax.step(xs, best, where="post", color="#2ca02c", label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(metric)
+    ax.legend(loc="best")
+    return fig
+
+
+def plot_intermediate_values(study: optuna.Study, *, metric: str) -> Figure:
+    """Learning curves: every trial's reports by step, coloured by how the trial ended."""
+    fig, ax = _figure(f"Learning curves: {metric} per epoch")
+    seen: set[str] = set()
+    for t in study.get_trials(deepcopy=False):
+        if not t.intermediate_values:
+            continue
+        steps = sorted(t.intermediate_values)
+        state = t.state.name
+        ax.plot(
+            steps, [t.intermediate_values[s] for s in steps], marker="o", markersize=2.5, linewidth=1.0,
+            color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.8,
+            label=state.lower() if state not in seen else None,
+        )
+        seen.add(state)
+    ax.set_xlabel("step (epoch)")
+    ax.set_ylabel(metric)
+    if seen:
+        ax.legend(loc="best")
+    return fig
+
+
+def plot_importances(study: optuna.Study, *, metric: str) -> Figure:
+    """Hyperparameter importances (fANOVA over the complete trials)."""
+    import optuna
+
+    fig, ax = _figure(f"Hyperparameter importances for {metric}")
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    try:
+        importances = optuna.importance.get_param_importances(study) if len(done) >= 2 else {}
+    except (RuntimeError, ValueError):  # e.g. one parameter value only
+        importances = {}
+    if not importances:
+        ax.text(0.5, 0.5, "needs at least 2 complete trials with varied parameters", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    names = list(importances)[::-1]
+    ax.barh(names, [importances[n] for n in names], color=STATE_COLORS["COMPLETE"])
+    ax.set_xlabel("importance")
+    return fig
+
+
+def plot_parallel_coordinate(study: optuna.Study, *, metric: str) -> Figure:
+    """Each complete trial as a line across its (scaled) parameters and its value."""
+    fig, ax = _figure(f"Parallel coordinates: parameters and {metric}")
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+    names = sorted({k for t in done for k in t.params})
+    if not done or not names:
+        ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    columns = names + [metric]
+
+    def scaled(name: str) -> list[float]:
+        raw = [t.params.get(name) if name != metric else t.value for t in done]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+            vals = [float(v) for v in raw]
+            log = name != metric and min(vals) > 0 and max(vals) / min(vals) > 100
+            vals = [math.log10(v) for v in vals] if log else vals
+        else:
+            levels = sorted({str(v) for v in raw})
+            vals = [float(levels.index(str(v))) for v in raw]
+        lo, hi = min(vals), max(vals)
+        return [0.5 if hi == lo else (v - lo) / (hi - lo) for v in vals]
+
+    grid = [scaled(c) for c in columns]
+    values = grid[-1]
+    import matplotlib
+
+    cmap = matplotlib.colormaps["viridis"]
+    for i in range(len(done)):
+        ax.plot(range(len(columns)), [col[i] for col in grid], color=cmap(values[i]), alpha=0.7, linewidth=1.2)
+    ax.set_xticks(range(len(columns)), columns, rotation=20, ha="right")
+    ax.set_yticks([0, 1], ["low", "high"])
+    return fig
+
+
+PLOTTERS = {
+    "history": plot_history,
+    "intermediate_values": plot_intermediate_values,
+    "importances": plot_importances,
+    "parallel_coordinate": plot_parallel_coordinate,
+}
+
+
+def write_report(study: optuna.Study, folder: Path, *, metric: str) -> list[Path]:
+    """Write every plot as ``folder/NAME.png`` and the interactive ``folder/report.html``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, plot in PLOTTERS.items():
+        path = folder / f"{name}.png"
+        plot(study, metric=metric).savefig(path, dpi=110)
+        written.append(path)
+    html = folder / "report.html"
+    html.write_text(_interactive_html(study, metric=metric), encoding="utf-8")
+    written.append(html)
+    return written
+
+
+def _interactive_html(study: optuna.Study, *, metric: str) -> str:
+    """One self-contained page of Optuna's plotly views (plotly.js included once)."""
+    import warnings
+
+    import optuna.visualization as vis
+    import plotly.io as pio
+
+    views = [
+        ("Optimization history", vis.plot_optimization_history),
+        ("Learning curves", vis.plot_intermediate_values),
+        ("Hyperparameter importances", vis.plot_param_importances),
+        ("Parallel coordinates", vis.plot_parallel_coordinate),
+    ]
+    parts = [f"<h1>{study.study_name}: {metric}</h1>"]
+    first = True
+    for title, view in views:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fig = view(study)
+        except Exception as exc:  # too few trials for this view
+            parts.append(f"<h2>{title}</h2><p>{type(exc).__name__}: {exc}</p>")
+            continue
+        parts.append(f"<h2>{title}</h2>")
+        parts.append(pio.to_html(fig, include_plotlyjs=first, full_html=False))
+        first = False
+    return "<!doctype html><html><head><meta charset='utf-8'><title>" + study.study_name + "</title></head><body>" + "\n".join(parts) + "</body></html>"

@@ -1,0 +1,169 @@
+"""The views people look at: the Python API read-back, the CLI views, plots, the MLflow UI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hpsearch import Study
+from hpsearch.testing import cnn_spec
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, dask_client):
+    """A small finished CNN study (6 trials, some pruned), shared by the tests of this file."""
+    run_dir = tmp_path_factory.mktemp("views") / "runs"
+    spec = cnn_spec("views", n_trials=6, epochs=3)
+    study = Study(spec, run_dir=run_dir, client=dask_client)
+    result = study.run()
+    return study, result, run_dir
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "hpsearch.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_api_round_trip(finished):
+    study, result, run_dir = finished
+    best = study.best_trial
+    assert best.number == result.best.number and best.value == result.best.value
+    assert best.params == result.best.params and best.run_id
+    frame = study.trials_dataframe()
+    assert list(frame["number"]) == list(range(6))
+    assert set(frame["state"]) <= {"COMPLETE", "PRUNED"}
+    for col in ("value", "duration_s", "worker", "devices", "run_id", "params_lr", "params_channels"):
+        assert col in frame.columns, col
+    assert frame["run_id"].notna().all() and frame["worker"].str.startswith("tcp://").all()
+    again = Study.load(run_dir / "views")
+    assert again.best_trial == best, "re-opened from its run folder"
+    assert again.trials_dataframe()["value"].equals(frame["value"])
+
+
+def test_plots_are_real_images(finished, tmp_path):
+    study, _, _ = finished
+    for name in ("plot_history", "plot_intermediate_values", "plot_importances", "plot_parallel_coordinate"):
+        fig = getattr(study, name)()
+        path = tmp_path / f"{name}.png"
+        fig.savefig(path)
+        assert path.stat().st_size > 5000, name
+        ax = fig.axes[0]
+        assert ax.get_title(), name
+        assert ax.lines or ax.collections or ax.patches, f"{name} draws something"
+
+
+def test_report_writes_files_and_logs_them_on_the_study_run(finished):
+    study, result, run_dir = finished
+    files = study.report()
+    names = {f.name for f in files}
+    assert names == {"history.png", "intermediate_values.png", "importances.png", "parallel_coordinate.png", "report.html"}
+    assert all(f.stat().st_size > 5000 for f in files)
+    html = (run_dir / "views" / "report" / "report.html").read_text()
+    assert "plotly" in html.lower() and "Optimization history" in html
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=result.mlflow_uri)
+    logged = {a.path for a in client.list_artifacts(result.parent_run_id, "report")}
+    assert {f"report/{n}" for n in names} <= logged
+
+
+def test_cli_best_and_status(finished, tmp_path):
+    study, result, run_dir = finished
+    out = _cli("best", str(run_dir / "views"), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    best = json.loads(out.stdout)
+    assert best["number"] == result.best.number and best["value"] == pytest.approx(result.best.value)
+    assert best["params"] == result.best.params and best["run_id"] == study.best_trial.run_id
+    assert best["metric"] == "val_accuracy" and best["direction"] == "maximize"
+    out = _cli("best", str(run_dir / "views"), cwd=tmp_path)
+    assert out.returncode == 0 and f"best trial #{result.best.number}" in out.stdout
+    out = _cli("status", str(run_dir / "views"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "6/6 ended" in out.stdout and "no trial running" in out.stdout
+    assert f"(#{result.best.number})" in out.stdout
+
+
+def test_cli_views_of_a_study_that_has_not_run(tmp_path):
+    out = _cli("best", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
+    study, result, run_dir = finished
+    port = _free_port()
+    env = {**os.environ}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpsearch.cli", "ui", str(run_dir / "views"), "--port", str(port)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("the MLflow UI did not answer")
+                time.sleep(0.5)
+        # What a user browsing the experiment sees, through the UI's own REST API.
+        exp = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=views"))
+        body = json.dumps({"experiment_ids": [exp["experiment"]["experiment_id"]], "max_results": 100}).encode()
+        req = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"})
+        runs = json.load(urllib.request.urlopen(req))["runs"]
+        tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
+        parent = [t for t in tags if t.get("hpsearch.role") == "study"]
+        children = [t for t in tags if "hpsearch.trial_number" in t]
+        assert len(parent) == 1 and len(children) == 6
+        assert all(t["mlflow.parentRunId"] == result.parent_run_id for t in children), "trials nested under the study"
+        assert all(t["mlflow.runName"] == f"trial-{t['hpsearch.trial_number']} {t['hpsearch.state']}" for t in children)
+        assert all("hpsearch.prune_reason" in t for t in children if t["hpsearch.state"] == "PRUNED")
+        assert parent[0]["hpsearch.best_trial"] == str(result.best.number)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}" in out
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{base}/health", timeout=2)
+
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("HPSEARCH_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("HPSEARCH_STUDIES", str(path.parent.parent / "studies"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    book = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), "committed without outputs"
+    NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    images = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert images, "the plots show inline"
