@@ -337,7 +337,16 @@ def ui(
     if uri.startswith("sqlite:") and study.layout.mlflow_artifacts.exists():
         cmd += ["--artifacts-destination", str(study.layout.mlflow_artifacts)]
     procs = [subprocess.Popen(cmd, start_new_session=True)]
-    console.print(f"[bold]MLflow UI[/] http://127.0.0.1:{port}  (experiment '{study.experiment}')")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        from hpsearch.tracking import get_client
+
+        exp = get_client(uri).get_experiment_by_name(study.experiment)
+        if exp is not None:
+            url += f"/#/experiments/{exp.experiment_id}/runs"  # the runs table: the study, its trials nested
+    except Exception:  # the store is read by the UI itself anyway
+        pass
+    console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
     if importlib.util.find_spec("optuna_dashboard") is not None:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "optuna_dashboard", "--host", "127.0.0.1", "--port", str(port + 1), study.storage_url.replace("journal://", "")],

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: MLflow 3's UI opens an experiment without a kind in its GenAI (traces) view; this kind
+#: makes it open the runs table, with the trials nested under the study's run.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
 #: MLflow run status for each final Optuna state.
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
 _MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
@@ -612,7 +617,9 @@ class StudyTracker:
             location = None
             if self.artifact_root is not None:
                 location = (self.artifact_root / self.experiment).as_uri()
-            experiment_id = client.create_experiment(self.experiment, artifact_location=location)
+            experiment_id = client.create_experiment(
+                self.experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
         else:
             if exp.lifecycle_stage == "deleted":
                 raise TrackingError(
@@ -620,6 +627,8 @@ class StudyTracker:
                     "restore it (mlflow experiments restore) or set tracking.experiment"
                 )
             experiment_id = exp.experiment_id
+            if EXPERIMENT_KIND_TAG not in exp.tags:
+                client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         runs = client.search_runs(
             [experiment_id],
             filter_string=(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -141,12 +142,31 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
         assert all(t["mlflow.runName"] == f"trial-{t['hpsearch.trial_number']} {t['hpsearch.state']}" for t in children)
         assert all("hpsearch.prune_reason" in t for t in children if t["hpsearch.state"] == "PRUNED")
         assert parent[0]["hpsearch.best_trial"] == str(result.best.number)
+        if shutil.which("chromium"):
+            _browse(f"{base}/#/experiments/{exp['experiment']['experiment_id']}/runs", tmp_path, expect=["views", "7 matching runs"])
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}" in out
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{base}/health", timeout=2)
+
+
+def _browse(url: str, folder: Path, *, expect: list[str]) -> None:
+    """Load ``url`` in headless Chromium; its rendered page must show ``expect`` (a screenshot
+    is left in ``folder`` for a person to look at)."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+             "--window-size=1400,900", "--virtual-time-budget=20000"]
+    shot = subprocess.run(["chromium", *flags, f"--user-data-dir={folder / 'chromium-1'}", f"--screenshot={folder / 'ui.png'}", url],
+                          capture_output=True, text=True, timeout=120)
+    assert (folder / "ui.png").stat().st_size > 20000, shot.stderr[-2000:]
+    dom = subprocess.run(["chromium", *flags, f"--user-data-dir={folder / 'chromium-2'}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120).stdout
+    import re
+
+    text_of_page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", dom))
+    for text in expect:
+        assert text in text_of_page, f"the runs page shows {text!r}"
 
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
