@@ -240,3 +240,17 @@ def test_a_truncated_checkpoint_is_ignored(tmp_path):
     assert store.load()["epoch"] == 1, "the previous good checkpoint"
     store.previous.write_bytes(b"garbage")
     assert store.load() is None, "none verifies: the trial starts from scratch"
+
+
+def test_out_of_memory_is_recorded_as_such(run_dir, dask_client):
+    from hpsearch.testing import user_spec
+
+    spec = user_spec("oom", "hpsearch.testing.objectives:runs_out_of_memory", n_trials=2)
+    Study(spec, run_dir=run_dir, client=dask_client).run()
+    oom, fine = _journal_study(run_dir, "oom").get_trials()
+    assert oom.state == TrialState.FAIL and fine.state == TrialState.COMPLETE
+    assert oom.user_attrs["hpsearch.fail_reason"].startswith("out of memory: CUDA out of memory")
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "oom")
+    (run,) = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == "0"]
+    assert run.data.tags["hpsearch.error_type"] == "OutOfMemoryError"
+    assert "traceback.txt" in [a.path for a in client.list_artifacts(run.info.run_id)]

@@ -147,3 +147,14 @@ def steady(trial: optuna.Trial, ctx: object) -> float:
         trial.report(x / step, step)
         ctx.log_metrics({"other": float(step)}, step)  # type: ignore[attr-defined]
     return x / 8
+
+
+def runs_out_of_memory(trial: optuna.Trial) -> float:
+    """Even trials run out of device memory after one report, as a too-large batch would."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    trial.report(x, 0)
+    if trial.number % 2 == 0:
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 15.77 GiB total capacity)")
+    return x
