@@ -8,6 +8,7 @@ and need neither the storage file nor database credentials.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -20,6 +21,24 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
 JOURNAL_PREFIX = "journal://"
+
+
+def expand_env(url: str, *, field: str) -> str:
+    """Replace ``${VAR}`` in a URL by the environment variable, so that study files hold no
+    credentials: ``postgresql+psycopg://hps:${PGPASSWORD}@db/hps``.
+
+    Raises:
+        SpecError: naming the field and the variable when it is not set.
+    """
+    from hpsearch.exceptions import SpecError
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise SpecError(f"{field}: the environment variable {name} is not set (the URL uses ${{{name}}})")
+        return os.environ[name]
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value, url)
 
 
 def redact(url: str) -> str:

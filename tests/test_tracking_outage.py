@@ -35,12 +35,13 @@ class Server:
         self.folder, self.port = folder, port
         self.uri = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
+        self.backend = f"sqlite:///{folder / 'mlflow.db'}"
 
     def start(self, timeout: float = 120.0) -> None:
         log = open(self.folder / "server.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
+             "--backend-store-uri", self.backend,
              "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from hpsearch.exceptions import ClusterError
 
@@ -80,3 +80,52 @@ def connect(address: str, *, timeout: float = 30.0) -> Client:
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+
+
+def software(needs_torch: bool = True) -> dict[str, str | None]:
+    """What this process has: the versions of Python, hpsearch, optuna and torch (``None``
+    when a package does not import). Run on every worker by :func:`check_workers`."""
+    import importlib
+    import platform
+
+    out: dict[str, str | None] = {"python": ".".join(platform.python_version_tuple()[:2])}
+    for name in ("hpsearch", "optuna", "torch") if needs_torch else ("hpsearch", "optuna"):
+        try:
+            out[name] = str(importlib.import_module(name).__version__)
+        except Exception:
+            out[name] = None
+    return out
+
+
+def version_problems(here: Mapping[str, str | None], workers: Mapping[str, Mapping[str, str | None]]) -> list[str]:
+    """One line per worker that cannot run this study's trials, saying what differs.
+
+    Example:
+        >>> here = {"python": "3.11", "hpsearch": "0.1.0", "optuna": "5.0.0", "torch": "2.13.0"}
+        >>> version_problems(here, {"tcp://a:1": {**here, "torch": None}, "tcp://b:1": dict(here)})
+        ['worker tcp://a:1: torch does not import (the built-in models need it)']
+        >>> version_problems(here, {"tcp://c:1": {**here, "hpsearch": "0.2.0", "python": "3.12"}})
+        ['worker tcp://c:1: hpsearch 0.2.0, the coordinator has 0.1.0', 'worker tcp://c:1: Python 3.12, the coordinator has 3.11 (trials are pickled between them)']
+    """
+    lines = []
+    for address, there in sorted(workers.items()):
+        for name in ("hpsearch", "optuna"):
+            if there.get(name) is None:
+                lines.append(f"worker {address}: {name} does not import")
+            elif name == "hpsearch" and there[name] != here.get(name):
+                lines.append(f"worker {address}: hpsearch {there[name]}, the coordinator has {here.get(name)}")
+            elif name == "optuna" and str(there[name]).split(".")[:2] != str(here.get(name)).split(".")[:2]:
+                lines.append(f"worker {address}: optuna {there[name]}, the coordinator has {here.get(name)} (the storage proxy needs the same minor version)")
+        if "torch" in here and here.get("torch") is not None and there.get("torch") is None:
+            lines.append(f"worker {address}: torch does not import (the built-in models need it)")
+        if there.get("python") != here.get("python"):
+            lines.append(f"worker {address}: Python {there.get('python')}, the coordinator has {here.get('python')} (trials are pickled between them)")
+    return lines
+
+
+def check_workers(client: Client, *, needs_torch: bool) -> None:
+    """Fail in one line per problem when a worker cannot run the study's trials."""
+    here = software(needs_torch)
+    problems = version_problems(here, client.run(software, needs_torch))
+    if problems:
+        raise ClusterError("\n".join(problems))
