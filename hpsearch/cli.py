@@ -95,6 +95,7 @@ def run(
     storage: Optional[str] = typer.Option(None, "--storage", help="Override the Optuna storage URL."),
     mlflow_uri: Optional[str] = typer.Option(None, "--mlflow-uri", help="Override the MLflow tracking URI."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the SLURM job script, the Kubernetes manifest or the local workers, and stop."),
 ) -> None:
     """Run a study (or resume it) until its trial budget is spent."""
     from hpsearch.exceptions import HpsearchError
@@ -106,6 +107,17 @@ def run(
         })
     except HpsearchError as exc:
         raise _user_error(exc) from None
+    if dry_run:
+        from hpsearch.cluster._batch import dry_run as render
+
+        try:
+            from hpsearch.study import Study
+
+            typer.echo(render(spec, gpus=Study(spec, run_dir=run_dir)._gpus() if spec.cluster.backend == "local" else None))
+        except ImportError as exc:
+            extra = "slurm" if spec.cluster.backend == "slurm" else "kubernetes"
+            raise _user_error(ValueError(f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: pip install 'hpsearch[{extra}]'")) from None
+        return
 
     from hpsearch.progress import RichProgress
     from hpsearch.study import Study
@@ -121,8 +133,8 @@ def run(
     except HpsearchError as exc:
         raise _user_error(exc) from None
     console.print(f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})")
-    console.print(f"[bold]optuna storage[/] {study.storage_url if not spec.storage else _redact(spec.storage)}")
-    console.print(f"[bold]mlflow[/] {study.mlflow_uri}  experiment '{study.experiment}'")
+    console.print(f"[bold]optuna storage[/] {_redact(study.storage_url)}")
+    console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
     try:
         with RichProgress(console, title=spec.name) as display:
             result = study.run(on_progress=display)
@@ -312,7 +324,7 @@ def report(target: Path = _TARGET, run_dir: Path = _RUN_DIR) -> None:
     console = _console()
     for path in files:
         console.print(f"wrote {path}")
-    console.print(f"and logged them under [bold]report/[/] on the study's MLflow run ({study.mlflow_uri})")
+    console.print(f"and logged them under [bold]report/[/] on the study's MLflow run ({_redact(study.mlflow_uri)})")
 
 
 @app.command()
@@ -399,7 +411,8 @@ def _summary(console: Any, result: Any) -> None:
         table.add_row("[bold]value[/]", f"[bold]{result.best.value:.6g}[/]")
         console.print(table)
     console.print(f"[bold]optuna storage[/] {result.storage_url}")
-    console.print(f"[bold]mlflow[/] {result.mlflow_uri}  (mlflow ui --backend-store-uri {result.mlflow_uri})")
+    uri = _redact(result.mlflow_uri)
+    console.print(f"[bold]mlflow[/] {uri}  (mlflow ui --backend-store-uri {uri})")
 
 
 def main() -> None:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: Seconds between two reads of the cluster's workers (see Coordinator._refresh_capacity).
+CAPACITY_REFRESH_S = 2.0
 
 
 @dataclass
@@ -119,9 +121,30 @@ class Coordinator:
         self._pending: list[_Ready] = []
         self._durations: list[float] = []
         self._losses: dict[int, int] = {}  # trial number -> times its worker was lost
-        self._last_loss: dict[int, str] = {}
+        self._last_loss: dict[int, str] = {}  # trial number -> why it ended after its last loss
         self._storage = study._storage
         self._study_id = study._study_id
+        self._capacity_read = time.monotonic()
+
+    def _refresh_capacity(self) -> None:
+        """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
+        SLURM or Kubernetes cluster, a node started late) are used, ones that left are not
+        counted on. With no worker at all, one trial is still submitted, so that an adaptive
+        cluster sees work to scale up for."""
+        from hpsearch.cluster import capacity
+
+        now = time.monotonic()
+        if now - self._capacity_read < CAPACITY_REFRESH_S:
+            return
+        self._capacity_read = now
+        try:
+            cap = capacity(self.client)
+        except Exception as exc:  # the scheduler is busy or restarting: keep what we know
+            log.debug("capacity not refreshed: %s", exc)
+            return
+        if cap.total > 0 and (cap.key == self.capacity.key or self.capacity.key is None):
+            self.capacity = cap
+            self.max_concurrent = self._max_concurrent()
 
     def _max_concurrent(self) -> int:
         fits = self.capacity.concurrent_trials(self.size)
@@ -211,8 +234,8 @@ class Coordinator:
         """Whether ``item`` fits the devices not in use (and the concurrency limit)."""
         if len(self.in_flight) >= self.max_concurrent:
             return False
-        if self.capacity.key is None:
-            return True
+        if self.capacity.key is None or not self.in_flight:
+            return True  # with nothing in flight, Dask queues it until a worker fits
         used = sum(f.size for f in self.in_flight.values())
         return used + item.size <= self.capacity.total and item.size <= self.capacity.largest
 
@@ -261,8 +284,8 @@ class Coordinator:
         if not isinstance(exc, KilledWorker):
             return None
         losses = self._losses_of(info)
-        self._last_loss[info.number] = f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
         if losses > self.spec.search.max_retries:
+            self._last_loss[info.number] = f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
             return None
         log.warning("trial %d: its worker was lost (%d of %d retries); it runs again, from its last checkpoint if it has one",
                     info.number, losses, self.spec.search.max_retries)
@@ -308,6 +331,7 @@ class Coordinator:
             # First come, first served: a trial waits at the head until its set is free, and
             # nothing overtakes it (so a large set is never starved by small ones).
             nonlocal to_ask
+            self._refresh_capacity()
             while ready or may_ask():
                 if not ready:
                     if len(self.in_flight) >= self.max_concurrent:

@@ -65,6 +65,9 @@ __all__ = [
     "SAMPLER_CLASSES",
     "CategoricalParam",
     "ClusterSpec",
+    "SlurmSpec",
+    "KubernetesSpec",
+    "AdaptSpec",
     "Direction",
     "FloatParam",
     "IntParam",
@@ -661,8 +664,48 @@ def _check_gpus(value: Any) -> Any:
     return list(value)
 
 
+class SlurmSpec(_Spec):
+    """Workers as SLURM jobs (dask-jobqueue's ``SLURMCluster``): one job per node, one worker
+    per GPU set of the node."""
+
+    queue: _Str = Field(description="The partition (#SBATCH -p). Required.")
+    account: _OptStr = Field(default=None, description="The account (#SBATCH -A). Default null.")
+    walltime: _Str = Field(default="01:00:00", description="Each job's time limit (#SBATCH -t). Default 01:00:00.")
+    jobs: _Int = Field(default=1, ge=1, description="Jobs (nodes) to start. Default 1.")
+    gpus_per_node: _Int = Field(default=1, ge=0, description="GPUs of each node (--gres=gpu:N). Default 1.")
+    cores: _Int = Field(default=8, ge=1, description="CPU cores per job. Default 8.")
+    memory: _Str = Field(default="32GB", description="Memory per job. Default 32GB.")
+    job_script_prologue: list[_Str] = Field(
+        default_factory=list, description="Shell lines before the worker starts (module loads, venv). Default []."
+    )
+    job_extra_directives: list[_Str] = Field(
+        default_factory=list, description="More #SBATCH options, e.g. ['--constraint=a100']. Default []."
+    )
+    python: _OptStr = Field(default=None, description="The Python on the nodes. Default: this one's path.")
+
+
+class KubernetesSpec(_Spec):
+    """Workers as pods of a Dask Kubernetes operator cluster (dask-kubernetes)."""
+
+    image: _Str = Field(description="The container image, with hpsearch and torch installed. Required.")
+    namespace: _Str = Field(default="default", description="The namespace. Default 'default'.")
+    workers: _Int = Field(default=1, ge=1, description="Worker pods. Default 1.")
+    gpus_per_worker: _Int = Field(default=1, ge=0, description="nvidia.com/gpu limit of each worker pod. Default 1.")
+    cpu: _Str = Field(default="4", description="CPU limit of each worker pod. Default 4.")
+    memory: _Str = Field(default="16G", description="Memory limit of each worker pod. Default 16G.")
+    env: dict[str, _Str] = Field(default_factory=dict, description="Environment of the pods. Default {}.")
+
+
+class AdaptSpec(_Spec):
+    """Adaptive scaling of a SLURM or Kubernetes cluster: workers come and go between these."""
+
+    minimum: _Int = Field(default=0, ge=0, description="Fewest jobs (SLURM) or pods. Default 0.")
+    maximum: _Int = Field(ge=1, description="Most jobs (SLURM) or pods. Required.")
+
+
 class ClusterSpec(_Spec):
     """Where trials run."""
+
 
     scheduler: _OptStr = Field(
         default=None,
@@ -688,6 +731,33 @@ class ClusterSpec(_Spec):
             "takes k slots, one rank each): 'auto' (one per core) or >= 1. Default auto."
         ),
     )
+    backend: Annotated[str, BeforeValidator(_choice("backend", ["local", "slurm", "kubernetes"]))] = Field(
+        default="local",
+        description=(
+            "local (worker processes on this machine, or cluster.scheduler's workers), slurm or "
+            "kubernetes. Default local."
+        ),
+    )
+    slurm: Union[SlurmSpec, None] = Field(default=None, description="SLURM settings (backend: slurm).")
+    kubernetes: Union[KubernetesSpec, None] = Field(default=None, description="Kubernetes settings (backend: kubernetes).")
+    adapt: Union[AdaptSpec, None] = Field(default=None, description="Adaptive scaling (slurm, kubernetes). Default null: fixed size.")
+
+
+def _check_backend(cluster: Any, problems: Any) -> None:
+    if cluster is None:
+        return
+    for name in ("slurm", "kubernetes"):
+        if cluster.backend == name and getattr(cluster, name) is None:
+            problems.add(f"cluster.{name}", f"required with backend: {name}")
+        if cluster.backend != name and getattr(cluster, name) is not None:
+            problems.add(f"cluster.{name}", f"only used with backend: {name} (backend is {cluster.backend})")
+    if cluster.adapt is not None:
+        if cluster.backend == "local":
+            problems.add("cluster.adapt", "only slurm and kubernetes clusters adapt")
+        elif cluster.adapt.minimum > cluster.adapt.maximum:
+            problems.add("cluster.adapt", f"minimum ({cluster.adapt.minimum}) must be <= maximum ({cluster.adapt.maximum})")
+    if cluster.backend != "local" and cluster.scheduler:
+        problems.add("cluster.scheduler", f"not used with backend: {cluster.backend} (it starts its own scheduler)")
 
 
 class TrackingSpec(_Spec):
@@ -1034,6 +1104,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
             raw.update({k: v for k, v in strategies.items() if v is not None})
         out[key] = problems.validate(model, raw, key)
 
+    _check_backend(out.get("cluster"), problems)
     raw_space = data.get("space")
     raw_space = {} if raw_space is None else raw_space
     space = _validate_space(raw_space, problems)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds to wait for the first SLURM job or Kubernetes pod to join (queues can be slow).
+BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S", "3600"))
+
 
 @dataclass
 class StudyResult:
@@ -195,11 +198,18 @@ class Study:
 
     @property
     def storage_url(self) -> str:
-        return self.spec.storage or self.layout.default_storage_url
+        """The Optuna storage, with ``${VAR}`` taken from the environment (never logged as is)."""
+        from hpsearch.storage import expand_env
+
+        return expand_env(self.spec.storage, field="storage") if self.spec.storage else self.layout.default_storage_url
 
     @property
     def mlflow_uri(self) -> str:
-        return self.spec.tracking.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or self.layout.default_mlflow_uri
+        from hpsearch.storage import expand_env
+
+        if self.spec.tracking.mlflow_uri:
+            return expand_env(self.spec.tracking.mlflow_uri, field="tracking.mlflow_uri")
+        return os.environ.get("MLFLOW_TRACKING_URI") or self.layout.default_mlflow_uri
 
     @property
     def experiment(self) -> str:
@@ -257,7 +267,8 @@ class Study:
         if self.client is not None:
             address = self.client.scheduler.address
         if not address:
-            return None
+            # A batch cluster's workers run on other machines, whatever its scheduler's address.
+            return "batch" if self.spec.cluster.backend in ("slurm", "kubernetes") else None
         from distributed.comm import get_address_host
 
         host = get_address_host(address)
@@ -270,6 +281,13 @@ class Study:
             return "127.0.0.1"
         from distributed.utils import get_ip
 
+        if remote == "batch":  # the nodes of a batch cluster: the machine's outward interface
+            try:
+                return get_ip()
+            except OSError:
+                import socket
+
+                return socket.gethostbyname(socket.gethostname())
         return get_ip(remote)
 
     @staticmethod
@@ -299,6 +317,21 @@ class Study:
         from distributed import Client
 
         cfg = self.spec.cluster
+        if cfg.backend in ("slurm", "kubernetes"):
+            from hpsearch.cluster._batch import start_kubernetes_cluster, start_slurm_cluster
+
+            batch = start_slurm_cluster(self.spec) if cfg.backend == "slurm" else start_kubernetes_cluster(self.spec)
+            client = Client(batch)
+            try:
+                wanted = (cfg.adapt.minimum if cfg.adapt else 1) or 1
+                client.wait_for_workers(wanted, timeout=BATCH_WORKER_TIMEOUT_S)
+                yield client
+            finally:
+                with contextlib.suppress(Exception):
+                    client.close()
+                with contextlib.suppress(Exception):
+                    batch.close()
+            return
         gpus = self._gpus()
         cluster = start_local_cluster(
             gpus=gpus,
@@ -333,7 +366,7 @@ class Study:
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
         import optuna
 
-        from hpsearch.cluster import capacity
+        from hpsearch.cluster import capacity, check_workers
         from hpsearch.coordinator import Coordinator, best_trial
         from hpsearch.pruning import build_pruner
         from hpsearch.runner import flush_tracking, spool_tracking
@@ -361,6 +394,8 @@ class Study:
             with self._cluster() as client:
                 cap = capacity(client)
                 cap.check(max(self.trial_sizes))
+                if remote:  # workers started elsewhere: can they run these trials at all?
+                    check_workers(client, needs_torch=not spec.is_user_objective)
 
                 self.layout.create()
                 self.layout.spec_file.write_text(spec.to_yaml())

@@ -96,14 +96,17 @@ def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
     import urllib.error
     import urllib.request
 
+    from hpsearch.storage import redact
+
     url = uri.rstrip("/") + "/health"
+    shown = redact(uri)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (user-given URI)
             if resp.status != 200:
-                raise TrackingError(f"MLflow tracking server {uri} answered {resp.status} on /health")
+                raise TrackingError(f"MLflow tracking server {shown} answered {resp.status} on /health")
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
+        raise TrackingError(f"MLflow tracking server {shown} is unreachable: {reason}") from None
 
 
 def fail_fast_http() -> None:
