@@ -158,6 +158,9 @@ def worker(
     slots: Optional[int] = typer.Option(None, "--slots", help="CPU slots where the node has no GPUs (default: one per core)."),
     host: Optional[str] = typer.Option(None, "--host", help="Interface the workers listen on (default: 127.0.0.1 for a local scheduler, else all)."),
     name: Optional[str] = typer.Option(None, "--name", help="Prefix of the worker names (default: the host name)."),
+    tls_ca_file: Optional[Path] = typer.Option(None, "--tls-ca-file", help="TLS: the CA certificate (with --tls-cert and --tls-key)."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS: this node's certificate."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS: its private key."),
 ) -> None:
     """Start this node's workers, one per GPU set, and join an existing scheduler."""
     import asyncio
@@ -186,8 +189,20 @@ def worker(
     console = _console()
     what = "GPU" if devices else "CPU slot"
     console.print(f"[bold]{len(specs)}[/] worker(s) joining {scheduler}: {plan.describe().replace('GPU set', what + ' set')}")
+    given = [p for p in (tls_ca_file, tls_cert, tls_key) if p is not None]
+    if given and len(given) != 3:
+        raise _user_error(ValueError("--tls-ca-file, --tls-cert and --tls-key go together"))
+    security = None
+    if given:
+        from types import SimpleNamespace
+
+        from hpsearch.cluster._base import security as make_security
+
+        security = make_security(SimpleNamespace(ca_file=str(tls_ca_file), cert=str(tls_cert), key=str(tls_key)))
     for spec in specs.values():
         spec["options"]["host"] = host or ("127.0.0.1" if local else None)
+        if security is not None:
+            spec["options"]["security"] = security
     asyncio.run(_serve_workers(scheduler, specs))
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "SlurmSpec",
     "KubernetesSpec",
     "AdaptSpec",
+    "TlsSpec",
     "Direction",
     "FloatParam",
     "IntParam",
@@ -696,6 +697,14 @@ class KubernetesSpec(_Spec):
     env: dict[str, _Str] = Field(default_factory=dict, description="Environment of the pods. Default {}.")
 
 
+class TlsSpec(_Spec):
+    """Certificates for the Dask scheduler, workers and client (``distributed.Security``)."""
+
+    ca_file: _Str = Field(description="The CA certificate that signed every certificate (PEM). Required.")
+    cert: _Str = Field(description="This machine's certificate (PEM). Required.")
+    key: _Str = Field(description="Its private key (PEM). Required.")
+
+
 class AdaptSpec(_Spec):
     """Adaptive scaling of a SLURM or Kubernetes cluster: workers come and go between these."""
 
@@ -741,6 +750,14 @@ class ClusterSpec(_Spec):
     slurm: Union[SlurmSpec, None] = Field(default=None, description="SLURM settings (backend: slurm).")
     kubernetes: Union[KubernetesSpec, None] = Field(default=None, description="Kubernetes settings (backend: kubernetes).")
     adapt: Union[AdaptSpec, None] = Field(default=None, description="Adaptive scaling (slurm, kubernetes). Default null: fixed size.")
+    tls: Union[Literal["auto"], TlsSpec, None] = Field(
+        default=None,
+        description=(
+            "TLS between the coordinator, the scheduler and the workers: null (none; the local "
+            "cluster listens on 127.0.0.1 only), 'auto' (a temporary self-signed setup for the "
+            "local cluster) or {ca_file, cert, key}. Default null."
+        ),
+    )
 
 
 def _check_backend(cluster: Any, problems: Any) -> None:
@@ -756,6 +773,12 @@ def _check_backend(cluster: Any, problems: Any) -> None:
             problems.add("cluster.adapt", "only slurm and kubernetes clusters adapt")
         elif cluster.adapt.minimum > cluster.adapt.maximum:
             problems.add("cluster.adapt", f"minimum ({cluster.adapt.minimum}) must be <= maximum ({cluster.adapt.maximum})")
+    if cluster.tls == "auto" and (cluster.scheduler or cluster.backend != "local"):
+        problems.add("cluster.tls", "'auto' is for the local cluster only; give {ca_file, cert, key} for other machines")
+    if isinstance(cluster.tls, TlsSpec):
+        for name in ("ca_file", "cert", "key"):
+            if not Path(os.path.expanduser(getattr(cluster.tls, name))).is_file():
+                problems.add(f"cluster.tls.{name}", f"no such file: {getattr(cluster.tls, name)}")
     if cluster.backend != "local" and cluster.scheduler:
         problems.add("cluster.scheduler", f"not used with backend: {cluster.backend} (it starts its own scheduler)")
 

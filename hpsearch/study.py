@@ -307,8 +307,11 @@ class Study:
         if self.client is not None:
             yield self.client
             return
+        from hpsearch.cluster._base import security
+
+        sec = security(self.spec.cluster.tls)
         if self.spec.cluster.scheduler:
-            client = connect(self.spec.cluster.scheduler)
+            client = connect(self.spec.cluster.scheduler, security=sec)
             try:
                 yield client
             finally:
@@ -340,8 +343,9 @@ class Study:
             n_workers=None if cfg.n_workers in (None, "auto") else int(cfg.n_workers),
             n_slots=None if cfg.slots in (None, "auto") else int(cfg.slots),
             links=self._links(gpus),
+            security=sec,
         )
-        client = Client(cluster)
+        client = Client(cluster, security=sec)
         try:
             yield client
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hpsearch.exceptions import ClusterError
 
@@ -72,12 +72,31 @@ def capacity(client: Client) -> Capacity:
     return Capacity(key, per_worker, {addr: int(w.get("nthreads", 1)) for addr, w in workers.items()})
 
 
-def connect(address: str, *, timeout: float = 30.0) -> Client:
+def security(tls: Any) -> Any:
+    """A ``distributed.Security`` for ``cluster.tls``: ``None`` (no TLS), ``"auto"`` (temporary,
+    self-signed: the local cluster only) or certificate files (every role uses the same)."""
+    if tls is None:
+        return None
+    from distributed import Security
+
+    if tls == "auto":
+        return Security.temporary()
+    import os
+
+    ca, cert, key = (os.path.expanduser(p) for p in (tls.ca_file, tls.cert, tls.key))
+    return Security(
+        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
+        tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key,
+        require_encryption=True,
+    )
+
+
+def connect(address: str, *, timeout: float = 30.0, security: Any = None) -> Client:
     """Join an existing Dask scheduler, or fail in one line."""
     from distributed import Client
 
     try:
-        return Client(address, timeout=timeout)
+        return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
 

@@ -142,6 +142,7 @@ def start_local_cluster(
     n_slots: int | None = None,
     links: Mapping[frozenset[int], int] | None = None,
     dashboard: bool = False,
+    security: Any = None,
 ) -> SpecCluster:
     """Start a local cluster of worker processes on 127.0.0.1 (one per set, or one leasing)."""
     import importlib.util
@@ -154,20 +155,24 @@ def start_local_cluster(
     )
     if plan.leftover:
         logging.getLogger(__name__).warning("%s", plan.describe())
+    protocol = "tls://" if security is not None else "tcp://"
     for spec in workers.values():
         spec["cls"] = Nanny
+        if security is not None:
+            spec["options"].update(security=security, protocol=protocol)
     with_dashboard = dashboard and importlib.util.find_spec("bokeh") is not None
     scheduler = {
         "cls": Scheduler,
         "options": {
             "host": "127.0.0.1", "port": 0, "dashboard": with_dashboard,
             "dashboard_address": "127.0.0.1:0",  # its HTTP server (health, metrics) too
+            **({"security": security, "protocol": protocol} if security is not None else {}),
         },
     }
     # A worker that dies fails its task at once (Dask would retry it on other workers up to
     # 3 times): the coordinator counts the losses itself, resumes the trial from its
     # checkpoint and applies search.max_retries.
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch")
+        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch", security=security)
     cluster.hpsearch_plan = plan  # type: ignore[attr-defined]
     return cluster

@@ -1,0 +1,118 @@
+"""TLS between coordinator, scheduler and workers (distributed.Security); a client without
+the certificates is refused."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from hpsearch import Study
+from hpsearch.testing import user_spec
+
+pytestmark = pytest.mark.slow
+
+
+def _certificates(folder):
+    """A CA and one certificate for 127.0.0.1 signed by it (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("hpsearch test CA")).issuer_name(name("hpsearch test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name("127.0.0.1")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca_file": folder / "ca.pem", "cert": folder / "node.pem", "key": folder / "node.key"}
+    paths["ca_file"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return {k: str(v) for k, v in paths.items()}
+
+
+def _refused(address: str) -> bool:
+    from distributed import Client
+
+    try:
+        Client(address, timeout=5).close()
+    except Exception:
+        return True
+    return False
+
+
+def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
+    from .test_multinode import BIN, _port
+
+    tls = _certificates(tmp_path)
+    port = _port()
+    address = f"tls://127.0.0.1:{port}"
+    flags = ["--tls-ca-file", tls["ca_file"], "--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", "127.0.0.1:0", *flags], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1", "--name", "secure", *flags],
+                                      env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        from types import SimpleNamespace
+
+        from distributed import Client
+
+        from hpsearch.cluster._base import security
+
+        with Client(address, timeout=60, security=security(SimpleNamespace(**tls))) as client:
+            client.wait_for_workers(1, timeout=90)
+        spec = user_spec("secure", "hpsearch.testing.objectives:staircase", n_trials=3)
+        spec["cluster"] = {"scheduler": address, "tls": tls}
+        result = Study(spec, run_dir=run_dir).run(progress=False)
+        assert result.progress.ended == 3 and result.progress.failed == 0
+        assert _refused(address), "a client without the certificates is refused"
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_local_cluster_with_temporary_tls(run_dir):
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+    from hpsearch.cluster._base import security
+
+    sec = security("auto")
+    cluster = start_local_cluster(n_workers=1, gpus_per_trial=1, security=sec)
+    try:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        assert _refused(cluster.scheduler_address)
+        with Client(cluster, security=sec) as client:
+            spec = user_spec("secure-local", "hpsearch.testing.objectives:staircase", n_trials=2)
+            result = Study(spec, run_dir=run_dir, client=client).run(progress=False)
+            assert result.progress.ended == 2 and result.progress.failed == 0
+            assert all(a.startswith("tls://") for a in client.scheduler_info()["workers"])
+    finally:
+        cluster.close(timeout=20)
