@@ -102,9 +102,11 @@ class Coordinator:
         search_paths: list[str],
         on_progress: Callable[[Progress], None] | None = None,
         objective: Callable[..., float] | None = None,
+        storage_url: str | None = None,
     ) -> None:
         self.spec = spec
         self.objective = objective
+        self.storage_url = storage_url  # workers open the study themselves (storage_access: direct)
         self.study = study
         self.client = client
         self.capacity = capacity
@@ -216,7 +218,7 @@ class Coordinator:
             study_name=self.study.study_name, trial_id=item.trial_id, trial_number=item.number,
             spec=self.spec, proxy=self.proxy, tracking=self.tracking, study_dir=self.study_dir,
             search_paths=self.search_paths, resume=item.resume, size=item.size,
-            objective=self.objective,
+            objective=self.objective, storage_url=self.storage_url,
         )
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(

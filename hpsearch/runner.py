@@ -56,6 +56,8 @@ class TrialTask:
     #: The objective itself, where it cannot be imported by name on the workers (a function
     #: defined in a notebook): Dask ships it by value (cloudpickle).
     objective: Callable[..., float] | None = None
+    #: The database URL, where workers open the study directly (cluster.storage_access: direct).
+    storage_url: str | None = None
 
 
 @dataclass
@@ -208,7 +210,7 @@ def _report_writer() -> ThreadPoolExecutor:
 
 
 # Per-process caches: a worker runs many trials of the same study.
-_studies: dict[tuple[str, int, str], optuna.Study] = {}
+_studies: dict[tuple[str, str], optuna.Study] = {}
 _studies_lock = threading.Lock()
 
 
@@ -216,14 +218,14 @@ def _worker_study(task: TrialTask) -> optuna.Study:
     from hpsearch.pruning import build_pruner
     from hpsearch.sampling import build_sampler
 
-    key = (task.proxy.host, task.proxy.port, task.study_name)
+    key = (task.storage_url or f"{task.proxy.host}:{task.proxy.port}", task.study_name)
     with _studies_lock:
         study = _studies.get(key)
         if study is None:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.load_study(
                 study_name=task.study_name,
-                storage=proxy_client(task.proxy),
+                storage=task.storage_url or proxy_client(task.proxy),
                 # Only objectives that suggest beyond the declared space sample here.
                 sampler=build_sampler(task.spec, seed_offset=os.getpid()),
                 pruner=build_pruner(task.spec),

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
@@ -750,6 +751,14 @@ class ClusterSpec(_Spec):
     slurm: Union[SlurmSpec, None] = Field(default=None, description="SLURM settings (backend: slurm).")
     kubernetes: Union[KubernetesSpec, None] = Field(default=None, description="Kubernetes settings (backend: kubernetes).")
     adapt: Union[AdaptSpec, None] = Field(default=None, description="Adaptive scaling (slurm, kubernetes). Default null: fixed size.")
+    storage_access: Annotated[str, BeforeValidator(_choice("storage_access", ["proxy", "direct"]))] = Field(
+        default="proxy",
+        description=(
+            "How workers reach the Optuna study: proxy (through the coordinator's gRPC storage "
+            "proxy: no database access or credentials on the workers) or direct (each worker "
+            "opens the database URL in storage itself). Default proxy."
+        ),
+    )
     tls: Union[Literal["auto"], TlsSpec, None] = Field(
         default=None,
         description=(
@@ -760,7 +769,7 @@ class ClusterSpec(_Spec):
     )
 
 
-def _check_backend(cluster: Any, problems: Any) -> None:
+def _check_backend(cluster: Any, problems: Any, storage: Any = None) -> None:
     if cluster is None:
         return
     for name in ("slurm", "kubernetes"):
@@ -779,6 +788,8 @@ def _check_backend(cluster: Any, problems: Any) -> None:
         for name in ("ca_file", "cert", "key"):
             if not Path(os.path.expanduser(getattr(cluster.tls, name))).is_file():
                 problems.add(f"cluster.tls.{name}", f"no such file: {getattr(cluster.tls, name)}")
+    if cluster.storage_access == "direct" and (storage is None or str(storage).startswith("journal://") or str(storage).endswith(".journal")):
+        problems.add("cluster.storage_access", "direct needs a database URL in storage (e.g. postgresql+psycopg://...); a journal file stays with the coordinator")
     if cluster.backend != "local" and cluster.scheduler:
         problems.add("cluster.scheduler", f"not used with backend: {cluster.backend} (it starts its own scheduler)")
 
@@ -798,11 +809,19 @@ class TrackingSpec(_Spec):
 # ------------------------------------------------------------------------------- user objective
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 @contextmanager
 def _prepended_sys_path(paths: Sequence[str | Path]) -> Iterator[None]:
     saved = list(sys.path)
     sys.path[:0] = [os.path.abspath(p) for p in paths]
-    importlib.invalidate_caches()
+    for _ in range(10):
+        try:
+            importlib.invalidate_caches()
+            break
+        except RuntimeError:  # another thread imported meanwhile (the cache grew): again
+            continue
     try:
         yield
     finally:
@@ -833,8 +852,12 @@ def load_user_objective(ref: str, search_paths: Sequence[str | Path]) -> Callabl
     """
     module_name, _, attr_path = ref.partition(":")
     try:
-        with _prepended_sys_path(search_paths):
-            module = importlib.import_module(module_name)
+        module = sys.modules.get(module_name)
+        if module is None:
+            # One import at a time: trials start on several threads of a worker, and the
+            # sys.path change below is process-wide.
+            with _IMPORT_LOCK, _prepended_sys_path(search_paths):
+                module = importlib.import_module(module_name)
     except Exception as exc:
         raise SpecError(
             f"objective.model: cannot import {ref!r} ({type(exc).__name__}: {exc})"
@@ -1127,7 +1150,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
             raw.update({k: v for k, v in strategies.items() if v is not None})
         out[key] = problems.validate(model, raw, key)
 
-    _check_backend(out.get("cluster"), problems)
+    _check_backend(out.get("cluster"), problems, out.get("storage"))
     raw_space = data.get("space")
     raw_space = {} if raw_space is None else raw_space
     space = _validate_space(raw_space, problems)

@@ -435,6 +435,7 @@ class Study:
                     tracking=target, study_dir=str(self.layout.study_dir),
                     search_paths=self.search_paths, on_progress=on_progress,
                     objective=self.objective,
+                    storage_url=self.storage_url if spec.cluster.storage_access == "direct" else None,
                 )
                 with ServerWatch(self.mlflow_uri):
                     progress = coordinator.run()

@@ -100,6 +100,9 @@ def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(mo
         ({"adapt": {"maximum": 4}}, "cluster.adapt", ["only slurm and kubernetes"]),
         ({"backend": "slurm", "slurm": {"queue": "q"}, "adapt": {"minimum": 5, "maximum": 2}}, "cluster.adapt", ["minimum (5) must be <= maximum (2)"]),
         ({"backend": "slurm", "slurm": {"queue": "q"}, "scheduler": "tcp://x:1"}, "cluster.scheduler", ["not used with backend: slurm"]),
+        ({"storage_access": "direct"}, "cluster.storage_access", ["needs a database URL in storage"]),
+        ({"tls": "auto", "scheduler": "tcp://x:1"}, "cluster.tls", ["local cluster only"]),
+        ({"tls": {"ca_file": "/nowhere/ca.pem", "cert": "/nowhere/c.pem", "key": "/nowhere/k.pem"}}, "cluster.tls.ca_file", ["no such file"]),
     ],
 )
 def test_bad_batch_settings_are_one_line(cluster, field, words):
@@ -179,3 +182,20 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_slurm_cluster_takes_the_options():
+    """The real SLURMCluster accepts them (nothing is submitted: no job is asked for)."""
+    from dask_jobqueue import SLURMCluster
+
+    from hpsearch.cluster._batch import slurm_options
+
+    spec = _spec({"backend": "slurm", "slurm": {"queue": "gpu", "gpus_per_node": 4, "jobs": 2}})
+    cluster = SLURMCluster(**slurm_options(spec))
+    try:
+        script = cluster.job_script()
+        assert "#SBATCH --gres=gpu:4" in script
+        assert f"-m hpsearch.cluster.jobqueue_worker {cluster.scheduler_address}" in script
+        assert not cluster.workers, "nothing submitted"
+    finally:
+        cluster.close()

@@ -38,23 +38,45 @@ def database():
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_postgres_study_and_an_mlflow_server_on_postgres(database, tmp_path, run_dir, dask_client, monkeypatch):
+@pytest.mark.parametrize("access", ["proxy", "direct"])
+def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postgres(access, database, tmp_path, run_dir, monkeypatch):
+    """A `dask scheduler`, two `hpsearch worker` processes, the study in PostgreSQL (reached
+    through the coordinator's gRPC proxy, or by the workers directly) and a real MLflow
+    server on PostgreSQL; checked afterwards with stock clients."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from .test_multinode import BIN, _port, _wait_workers
+
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{database}_mlflow"')
     server = Server(tmp_path, _free_port())
     server.backend = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}_mlflow"
+    port = _port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
     try:
+        for name in ("node-a", "node-b"):
+            procs.append(subprocess.Popen([sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1", "--name", name],
+                                          env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         server.start()
+        _wait_workers(address, 2)
         monkeypatch.setenv("HPS_DB_USER", "postgres")
         spec = user_spec("pg", "hpsearch.testing.objectives:staircase", n_trials=6)
         spec["storage"] = f"postgresql+psycopg://${{HPS_DB_USER}}@127.0.0.1:5432/{database}"
         spec["tracking"] = {"mlflow_uri": server.uri}
-        result = Study(spec, run_dir=run_dir, client=dask_client).run()
+        spec["cluster"] = {"scheduler": address, "storage_access": access}
+        result = Study(spec, run_dir=run_dir).run(progress=False)
         assert result.progress.ended == 6
         assert not (run_dir / "pg" / "optuna.journal").exists(), "the study lives in PostgreSQL"
         # Stock clients read both back.
         study = optuna.load_study(study_name="pg", storage=f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}")
         assert len(study.trials) == 6 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+        workers = {t.user_attrs["hpsearch.worker"] for t in study.trials}
+        assert len(workers) == 2, "both workers ran trials"
         from mlflow import MlflowClient
 
         client = MlflowClient(tracking_uri=server.uri)
@@ -67,6 +89,16 @@ def test_postgres_study_and_an_mlflow_server_on_postgres(database, tmp_path, run
         assert "${HPS_DB_USER}" not in parent.data.tags["hpsearch.storage"]
     finally:
         server.stop()
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
         with _admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}_mlflow" WITH (FORCE)')
 

@@ -70,6 +70,7 @@ cluster:
   slurm: null
   kubernetes: null
   adapt: null
+  storage_access: proxy
   tls: null
 tracking:
   mlflow_uri: null
@@ -457,7 +458,7 @@ def test_unknown_keys_at_every_level(
 
 def test_unknown_key_lists_the_allowed_keys() -> None:
     line = one_problem(minimal(cluster={"zzz": 1}))
-    assert line == "<study>: cluster.zzz: unknown key (allowed: scheduler, n_workers, gpus, slots, backend, slurm, kubernetes, adapt, tls)"
+    assert line == "<study>: cluster.zzz: unknown key (allowed: scheduler, n_workers, gpus, slots, backend, slurm, kubernetes, adapt, storage_access, tls)"
 
 
 def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
