@@ -102,7 +102,7 @@ def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(mo
         ({"backend": "slurm", "slurm": {"queue": "q"}, "scheduler": "tcp://x:1"}, "cluster.scheduler", ["not used with backend: slurm"]),
         ({"storage_access": "direct"}, "cluster.storage_access", ["needs a database URL in storage"]),
         ({"tls": "auto", "scheduler": "tcp://x:1"}, "cluster.tls", ["local cluster only"]),
-        ({"tls": {"ca_file": "/nowhere/ca.pem", "cert": "/nowhere/c.pem", "key": "/nowhere/k.pem"}}, "cluster.tls.ca_file", ["no such file"]),
+        ({"tls": {"ca_file": "/nowhere/ca.pem", "cert": __file__, "key": __file__}}, "cluster.tls.ca_file", ["no such file: /nowhere/ca.pem"]),
     ],
 )
 def test_bad_batch_settings_are_one_line(cluster, field, words):
