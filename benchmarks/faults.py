@@ -108,7 +108,7 @@ def _resumed_from(study, number: int, checkpoints: bool) -> int:
     """The last epoch whose checkpoint the killed attempt left (what the next attempt skips)."""
     if not checkpoints:
         return 0
-    from hpsearch.tracking import find_trial_runs, get_client
+    from hpsearch.tracking import get_client
 
     # The next attempt's run tag says where it resumed; the smallest of the attempts is
     # what matters for the kill counted here (a trial killed twice resumes twice).

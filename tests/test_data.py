@@ -11,7 +11,6 @@ import torch
 from hpsearch.data import load_dataset
 from hpsearch.exceptions import SpecError
 from hpsearch.spec import StudySpec
-from hpsearch.testing.families import train_briefly  # noqa: F401 - importable helpers
 
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
 

@@ -20,7 +20,6 @@ def load_npz(path: Path, *, options: Mapping[str, Any], seed: int) -> DataSplit:
     off by the study's seed.
     """
     import numpy as np
-    import torch
 
     from hpsearch.data._base import classification_split
 
