@@ -38,26 +38,13 @@ class BestTrial:
 
 def trial_runs(mlflow_uri: str, experiment: str, study_name: str) -> dict[int, Any]:
     """The MLflow run of each trial of a study, by trial number (empty if there is none)."""
-    from hpsearch.tracking import get_client
+    from hpsearch.tracking import get_client, runs_by_trial
 
     client = get_client(mlflow_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return {}
-    runs: dict[int, Any] = {}
-    token = None
-    while True:
-        page = client.search_runs(
-            [exp.experiment_id], filter_string=f"tags.`hpsearch.study` = '{study_name}'",
-            max_results=1000, page_token=token, order_by=["attributes.start_time ASC"],
-        )
-        for run in page:
-            number = run.data.tags.get("hpsearch.trial_number")
-            if number is not None:
-                runs[int(number)] = run
-        token = page.token
-        if not token:
-            return runs
+    return runs_by_trial(client, exp.experiment_id, f"tags.`hpsearch.study` = '{study_name}'")
 
 
 def best_trial(study: optuna.Study, *, metric: str, runs: dict[int, Any] | None = None) -> BestTrial | None:

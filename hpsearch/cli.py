@@ -129,11 +129,12 @@ def run(
     try:
         from hpsearch.tracking import check_reachable
 
+        storage_url = study.storage_url  # ${VAR} in the URLs: a missing one is a user error
         check_reachable(study.mlflow_uri)  # before anything is printed or created
     except HpsearchError as exc:
         raise _user_error(exc) from None
     console.print(f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})")
-    console.print(f"[bold]optuna storage[/] {_redact(study.storage_url)}")
+    console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
     console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
     try:
         with RichProgress(console, title=spec.name) as display:

@@ -201,14 +201,18 @@ class Study:
         """The Optuna storage, with ``${VAR}`` taken from the environment (never logged as is)."""
         from hpsearch.storage import expand_env
 
-        return expand_env(self.spec.storage, field="storage") if self.spec.storage else self.layout.default_storage_url
+        return expand_env(self.spec.storage, field=self._field("storage")) if self.spec.storage else self.layout.default_storage_url
+
+    def _field(self, name: str) -> str:
+        """A field as errors name it: with the study file in front when there is one."""
+        return f"{self.spec.source}: {name}" if self.spec.source else name
 
     @property
     def mlflow_uri(self) -> str:
         from hpsearch.storage import expand_env
 
         if self.spec.tracking.mlflow_uri:
-            return expand_env(self.spec.tracking.mlflow_uri, field="tracking.mlflow_uri")
+            return expand_env(self.spec.tracking.mlflow_uri, field=self._field("tracking.mlflow_uri"))
         return os.environ.get("MLFLOW_TRACKING_URI") or self.layout.default_mlflow_uri
 
     @property

@@ -559,11 +559,17 @@ def find_trial_runs(
     filt = f"tags.`mlflow.parentRunId` = '{target.parent_run_id}'"
     if trial_numbers is not None and len(trial_numbers) == 1:
         filt += f" and tags.`hpsearch.trial_number` = '{trial_numbers[0]}'"
+    return runs_by_trial(client, target.experiment_id, filt)
+
+
+def runs_by_trial(client: MlflowClient, experiment_id: str, filter_string: str) -> dict[int, Run]:
+    """The runs matching ``filter_string`` that belong to a trial, by trial number (all pages;
+    the newest run where a trial has several)."""
     runs: dict[int, Run] = {}
     token = None
     while True:
         page = client.search_runs(
-            [target.experiment_id], filter_string=filt, max_results=1000, page_token=token,
+            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token,
             order_by=["attributes.start_time ASC"],
         )
         for run in page:

@@ -131,7 +131,7 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
     """What an adaptive cluster does, on one machine: a worker joins late, another leaves."""
     from distributed import Client
 
-    from .test_multinode import BIN, _port, _wait_workers
+    from .test_multinode import BIN, _port, _wait_workers, stop_processes
 
     port = _port()
     address = f"tcp://127.0.0.1:{port}"
@@ -172,16 +172,7 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
         assert second & names, "the worker that joined late ran trials"
         assert len(names) >= 2
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
 
 
 def test_slurm_cluster_takes_the_options():

@@ -35,6 +35,20 @@ def _wait_workers(address: str, n: int, timeout: float = 90) -> dict:
         return client.scheduler_info(n_workers=-1)["workers"]
 
 
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group (the last started first), then SIGKILL what is left after 20 s."""
+    for p in reversed(procs):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_path):
     port = _port()
     address = f"tcp://127.0.0.1:{port}"
@@ -62,13 +76,4 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
             Study(spec, run_dir=run_dir).run()
         assert not (run_dir / "too-big").exists(), "a study the cluster cannot run creates nothing"
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)

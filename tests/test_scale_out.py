@@ -24,6 +24,7 @@ def _admin():
     try:
         return psycopg.connect(ADMIN, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
+        # The machines this project runs CI on have PostgreSQL; a laptop may not.
         pytest.skip(f"no PostgreSQL on 127.0.0.1:5432 ({exc})")
 
 
@@ -44,11 +45,10 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
     through the coordinator's gRPC proxy, or by the workers directly) and a real MLflow
     server on PostgreSQL; checked afterwards with stock clients."""
     import os
-    import signal
     import subprocess
     import sys
 
-    from .test_multinode import BIN, _port, _wait_workers
+    from .test_multinode import BIN, _port, _wait_workers, stop_processes
 
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{database}_mlflow"')
@@ -89,16 +89,7 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
         assert "${HPS_DB_USER}" not in parent.data.tags["hpsearch.storage"]
     finally:
         server.stop()
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
         with _admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}_mlflow" WITH (FORCE)')
 

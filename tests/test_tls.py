@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import signal
 import subprocess
 import sys
 
@@ -62,7 +61,7 @@ def _refused(address: str) -> bool:
 
 
 def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
-    from .test_multinode import BIN, _port
+    from .test_multinode import BIN, _port, stop_processes
 
     tls = _certificates(tmp_path)
     port = _port()
@@ -88,16 +87,7 @@ def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
         assert result.progress.ended == 3 and result.progress.failed == 0
         assert _refused(address), "a client without the certificates is refused"
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
 
 
 def test_local_cluster_with_temporary_tls(run_dir):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpsearch.training._amp import autocast, grad_scaler
@@ -57,7 +58,7 @@ def make_optimizer(parameters: Any, params: Mapping[str, Any], *, lr: float = 1e
     raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
 
 
-class Trainer:
+class Trainer(ABC):
     """What every trainer shares: the batch sampler, cross-rank sums, DDP, checkpoint state.
 
     Subclasses implement :meth:`train_epoch` and :meth:`evaluate` (dicts of metrics) and
@@ -141,11 +142,13 @@ class Trainer:
         if self.scaler.is_enabled() and self.scaler.get_scale() < scale_before:
             self.skipped_steps += 1  # fp16 overflow: the scaler skipped this step
 
+    @abstractmethod
     def train_epoch(self, data: DataSplit, epoch: int) -> dict[str, float]:
-        raise NotImplementedError
+        """One pass over this rank's shard of the training data; the epoch's losses and throughput."""
 
+    @abstractmethod
     def evaluate(self, data: DataSplit) -> dict[str, float]:
-        raise NotImplementedError
+        """The validation metrics (the same on every rank)."""
 
     def finish(self, ctx: TrialContext) -> None:
         """At the end of a trial that was not pruned: log what the trainer has to show."""
