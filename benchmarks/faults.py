@@ -26,9 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import optuna  # noqa: E402
-
-from _common import machine, table  # noqa: E402
+import optuna
+from _common import machine, table
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
@@ -39,16 +38,34 @@ def spec(name: str, n_trials: int, epochs: int, checkpoints: bool) -> dict:
     return {
         "name": name,
         "objective": {
-            "model": "cnn", "dataset": {"name": "digits", "size": 28}, "epochs": epochs, "precision": "fp32",
+            "model": "cnn",
+            "dataset": {"name": "digits", "size": 28},
+            "epochs": epochs,
+            "precision": "fp32",
             "checkpoint_interval": 0 if checkpoints else None,
             "params": {"batch_size": 32, "channels": 16, "n_blocks": 2},
         },
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
-        "search": {"n_trials": n_trials, "sampler": "random", "pruner": "none", "seed": 0, "max_retries": 100},
+        "search": {
+            "n_trials": n_trials,
+            "sampler": "random",
+            "pruner": "none",
+            "seed": 0,
+            "max_retries": 100,
+        },
     }
 
 
-def run(name: str, folder: Path, n_trials: int, epochs: int, *, checkpoints: bool, every: float | None, max_kills: int = 0) -> dict:
+def run(
+    name: str,
+    folder: Path,
+    n_trials: int,
+    epochs: int,
+    *,
+    checkpoints: bool,
+    every: float | None,
+    max_kills: int = 0,
+) -> dict:
     from distributed import Client
 
     from hpsearch import Study
@@ -81,8 +98,12 @@ def run(name: str, folder: Path, n_trials: int, epochs: int, *, checkpoints: boo
         for number, reported in redone_at_kill:
             resumed = _resumed_from(study, number, checkpoints)
             redone += max(0, reported - resumed)
-        return {"wall": wall, "kills": kills, "redone": redone,
-                "complete": sum(t.state.name == "COMPLETE" for t in trials)}
+        return {
+            "wall": wall,
+            "kills": kills,
+            "redone": redone,
+            "complete": sum(t.state.name == "COMPLETE" for t in trials),
+        }
     finally:
         client.close()
         cluster.close(timeout=20)
@@ -91,7 +112,9 @@ def run(name: str, folder: Path, n_trials: int, epochs: int, *, checkpoints: boo
 def _most_advanced(study, client):
     """The running trial with the most epochs reported, and the worker running it."""
     try:
-        running = study.optuna_study().get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        running = study.optuna_study().get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+        )
     except KeyError:
         return None
     processing = client.processing()
@@ -114,7 +137,9 @@ def _resumed_from(study, number: int, checkpoints: bool) -> int:
     # what matters for the kill counted here (a trial killed twice resumes twice).
     client = get_client(study.mlflow_uri)
     exp = client.get_experiment_by_name(study.experiment)
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`hpsearch.trial_number` = '{number}'")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`hpsearch.trial_number` = '{number}'"
+    )
     return int(runs[0].data.tags.get("hpsearch.resumed_from_epoch", 0)) if runs else 0
 
 
@@ -123,21 +148,58 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=10.0, help="seconds between worker kills")
     parser.add_argument("--n-trials", type=int, default=6)
     parser.add_argument("--epochs", type=int, default=16)
-    parser.add_argument("--kills", type=int, default=4, help="kills per run (then the run is left to finish)")
+    parser.add_argument(
+        "--kills", type=int, default=4, help="kills per run (then the run is left to finish)"
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="hpsearch-faults-"))
     base = run("baseline", folder, args.n_trials, args.epochs, checkpoints=True, every=None)
-    resume = run("resume", folder, args.n_trials, args.epochs, checkpoints=True, every=args.every, max_kills=args.kills)
-    scratch = run("scratch", folder, args.n_trials, args.epochs, checkpoints=False, every=args.every, max_kills=args.kills)
+    resume = run(
+        "resume",
+        folder,
+        args.n_trials,
+        args.epochs,
+        checkpoints=True,
+        every=args.every,
+        max_kills=args.kills,
+    )
+    scratch = run(
+        "scratch",
+        folder,
+        args.n_trials,
+        args.epochs,
+        checkpoints=False,
+        every=args.every,
+        max_kills=args.kills,
+    )
     rows = []
-    for label, r in (("no faults", base), ("kills, resume from checkpoint (hpsearch)", resume), ("kills, restart from scratch", scratch)):
+    for label, r in (
+        ("no faults", base),
+        ("kills, resume from checkpoint (hpsearch)", resume),
+        ("kills, restart from scratch", scratch),
+    ):
         slot_s = r["wall"] * SLOTS
         lost = slot_s - base["wall"] * SLOTS
-        rows.append((label, r["kills"], f"{r['complete']}/{args.n_trials}", f"{r['wall']:.1f}", f"{slot_s:.1f}",
-                     "-" if r is base else f"{lost:.1f}", "-" if r is base else r["redone"]))
-    print(f"\nFaults — {args.n_trials} CNN trials x {args.epochs} epochs on {SLOTS} worker processes, "
-          f"a worker SIGKILLed every {args.every:g} s ({args.kills} times; the most advanced trial's); {machine()}\n")
-    print(table(["run", "kills", "complete", "wall s", "slot-s", "slot-s lost", "epochs redone"], rows))
+        rows.append(
+            (
+                label,
+                r["kills"],
+                f"{r['complete']}/{args.n_trials}",
+                f"{r['wall']:.1f}",
+                f"{slot_s:.1f}",
+                "-" if r is base else f"{lost:.1f}",
+                "-" if r is base else r["redone"],
+            )
+        )
+    print(
+        f"\nFaults — {args.n_trials} CNN trials x {args.epochs} epochs on {SLOTS} worker processes, "
+        f"a worker SIGKILLed every {args.every:g} s ({args.kills} times; the most advanced trial's); {machine()}\n"
+    )
+    print(
+        table(
+            ["run", "kills", "complete", "wall s", "slot-s", "slot-s lost", "epochs redone"], rows
+        )
+    )
 
 
 if __name__ == "__main__":

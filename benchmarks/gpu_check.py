@@ -24,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import optuna  # noqa: E402
-
-from _common import table  # noqa: E402
+import optuna
+from _common import table
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
@@ -45,12 +44,21 @@ class Utilisation:
             import pynvml
 
             pynvml.nvmlInit()
-            return [float(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu) for i in range(pynvml.nvmlDeviceGetCount())]
+            return [
+                float(
+                    pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
+                )
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
         except Exception:
             exe = shutil.which("nvidia-smi")
             if exe is None:
                 return []
-            out = subprocess.run([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+            ).stdout
             return [float(x) for x in out.split()]
 
     def _loop(self) -> None:
@@ -60,7 +68,7 @@ class Utilisation:
                 self.samples.append(values)
             time.sleep(0.5)
 
-    def __enter__(self) -> "Utilisation":
+    def __enter__(self) -> Utilisation:
         self._thread.start()
         return self
 
@@ -87,7 +95,15 @@ def precision_rows(epochs: int, size: int) -> list[tuple]:
         torch.manual_seed(0)
         params = {"channels": 64, "n_blocks": 3, "dense_units": 256, "batch_size": 256, "lr": 1e-3}
         family = get_family("cnn")
-        trainer = make_trainer(family, family.build(params, data), params, data, device=device, precision=precision, seed=0)
+        trainer = make_trainer(
+            family,
+            family.build(params, data),
+            params,
+            data,
+            device=device,
+            precision=precision,
+            seed=0,
+        )
         trainer.train_epoch(data, 0)  # warm-up: cuDNN autotuning, allocations
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -97,15 +113,27 @@ def precision_rows(epochs: int, size: int) -> list[tuple]:
         torch.cuda.synchronize()
         rate = n / (time.perf_counter() - start)
         acc = trainer.evaluate(data)["val_accuracy"]
-        rows.append((f"1 GPU, {precision}", f"{rate:.0f} samples/s", f"val_accuracy {acc:.3f}, skipped fp16 steps {trainer.skipped_steps}"))
+        rows.append(
+            (
+                f"1 GPU, {precision}",
+                f"{rate:.0f} samples/s",
+                f"val_accuracy {acc:.3f}, skipped fp16 steps {trainer.skipped_steps}",
+            )
+        )
     return rows
 
 
 def _spec(name: str, gpus_per_trial: int, n_trials: int, epochs: int, size: int) -> dict:
     return {
         "name": name,
-        "objective": {"model": "cnn", "dataset": {"name": "digits", "size": size}, "epochs": epochs, "precision": "auto",
-                      "gpus_per_trial": gpus_per_trial, "params": {"batch_size": 256, "channels": 64, "n_blocks": 3}},
+        "objective": {
+            "model": "cnn",
+            "dataset": {"name": "digits", "size": size},
+            "epochs": epochs,
+            "precision": "auto",
+            "gpus_per_trial": gpus_per_trial,
+            "params": {"batch_size": 256, "channels": 64, "n_blocks": 3},
+        },
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
         "search": {"n_trials": n_trials, "sampler": "random", "pruner": "none", "seed": 0},
     }
@@ -116,7 +144,9 @@ def _runs(result, name):
 
     client = MlflowClient(tracking_uri=result.mlflow_uri)
     exp = client.get_experiment_by_name(name)
-    return client, [r for r in client.search_runs([exp.experiment_id]) if "hpsearch.trial_number" in r.data.tags]
+    return client, [
+        r for r in client.search_runs([exp.experiment_id]) if "hpsearch.trial_number" in r.data.tags
+    ]
 
 
 def scaling_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tuple]:
@@ -131,7 +161,14 @@ def scaling_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tupl
         client, runs = _runs(result, name)
         history = client.get_metric_history(runs[0].info.run_id, "samples_per_s")
         rates[k] = statistics.median(m.value for m in history[1:])
-    rows = [(f"{k} GPU trial" + (" (NCCL DDP)" if k > 1 else ""), f"{r:.0f} samples/s", f"precision {runs[0].data.tags.get('hpsearch.precision')}") for k, r in rates.items()]
+    rows = [
+        (
+            f"{k} GPU trial" + (" (NCCL DDP)" if k > 1 else ""),
+            f"{r:.0f} samples/s",
+            f"precision {runs[0].data.tags.get('hpsearch.precision')}",
+        )
+        for k, r in rates.items()
+    ]
     if n_gpus > 1:
         eff = rates[n_gpus] / (n_gpus * rates[1])
         rows.append((f"scaling efficiency 1 -> {n_gpus} GPUs", f"{eff:.2f}", "ideal 1.00"))
@@ -149,9 +186,24 @@ def concurrency_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[
         result = Study(_spec(name, per, 2 * sets, epochs, size), run_dir=folder).run()
         wall = time.time() - start
     _, runs = _runs(result, name)
-    devices = sorted((int(r.data.tags["hpsearch.trial_number"]), r.data.tags.get("hpsearch.devices")) for r in runs)
-    rows = [(f"{2 * sets} trials on {sets} set(s) of {per}", f"{wall:.1f} s", "; ".join(f"#{n}: {d}" for n, d in devices))]
-    rows.append(("mean GPU utilisation over the study", f"{util.mean():.0f} %", f"{len(util.samples)} samples"))
+    devices = sorted(
+        (int(r.data.tags["hpsearch.trial_number"]), r.data.tags.get("hpsearch.devices"))
+        for r in runs
+    )
+    rows = [
+        (
+            f"{2 * sets} trials on {sets} set(s) of {per}",
+            f"{wall:.1f} s",
+            "; ".join(f"#{n}: {d}" for n, d in devices),
+        )
+    ]
+    rows.append(
+        (
+            "mean GPU utilisation over the study",
+            f"{util.mean():.0f} %",
+            f"{len(util.samples)} samples",
+        )
+    )
     return rows
 
 
@@ -168,8 +220,19 @@ def family_rows() -> list[tuple]:
                 rows.append((f"{case}, {precision}", "FAIL", f"{type(exc).__name__}: {exc}"[:80]))
                 continue
             last = run["epochs"][-1]
-            key = {"gan": "val_mmd"}.get(case, "val_perplexity" if case.endswith("text") and "val_perplexity" in last else "val_accuracy")
-            rows.append((f"{case}, {precision}", f"{key} {last[key]:.3f}", f"{last['samples_per_s']:.0f} samples/s, skipped fp16 steps {run['trainer'].skipped_steps}"))
+            key = {"gan": "val_mmd"}.get(
+                case,
+                "val_perplexity"
+                if case.endswith("text") and "val_perplexity" in last
+                else "val_accuracy",
+            )
+            rows.append(
+                (
+                    f"{case}, {precision}",
+                    f"{key} {last[key]:.3f}",
+                    f"{last['samples_per_s']:.0f} samples/s, skipped fp16 steps {run['trainer'].skipped_steps}",
+                )
+            )
     return rows
 
 
@@ -192,7 +255,9 @@ def main() -> None:
     rows += scaling_rows(len(gpus), args.epochs, args.size, folder)
     rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
     names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))
-    print(f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, CUDA {torch.version.cuda}\n")
+    print(
+        f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, CUDA {torch.version.cuda}\n"
+    )
     print(table(["check", "result", "detail"], rows))
 
 

@@ -16,17 +16,15 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import optuna  # noqa: E402
+import optuna
+from _common import machine, table, timer
 
-from _common import machine, table, timer  # noqa: E402
-
-from hpsearch.testing.objectives import trivial  # noqa: E402
+from hpsearch.testing.objectives import trivial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
@@ -47,7 +45,9 @@ def _optimize_chunk(storage, study_name: str, n: int) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=study_name, storage=storage, sampler=optuna.samplers.TPESampler())
+    study = optuna.load_study(
+        study_name=study_name, storage=storage, sampler=optuna.samplers.TPESampler()
+    )
     study.optimize(trivial, n_trials=n)
     return n
 
@@ -60,14 +60,23 @@ def dask_storage(n_trials: int, folder: Path, n_workers: int) -> tuple[float, fl
     from distributed import Client, LocalCluster, wait
 
     with timer() as start:
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1")
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        )
         client = Client(cluster)
     try:
         storage = DaskStorage(f"sqlite:///{folder / 'dask.db'}", client=client)
         study = optuna.create_study(storage=storage, sampler=optuna.samplers.TPESampler(seed=0))
         per = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
         with timer() as t:
-            futures = [client.submit(_optimize_chunk, storage, study.study_name, n, pure=False) for n in per]
+            futures = [
+                client.submit(_optimize_chunk, storage, study.study_name, n, pure=False)
+                for n in per
+            ]
             wait(futures)
             [f.result() for f in futures]
         assert len(study.trials) == n_trials
@@ -77,13 +86,20 @@ def dask_storage(n_trials: int, folder: Path, n_workers: int) -> tuple[float, fl
     return start[0], t[0]
 
 
-def hpsearch_run(n_trials: int, folder: Path, n_workers: int, *, declared_space: bool) -> tuple[float, float]:
+def hpsearch_run(
+    n_trials: int, folder: Path, n_workers: int, *, declared_space: bool
+) -> tuple[float, float]:
     from hpsearch import Study
 
     spec = {
         "name": f"overhead-{'space' if declared_space else 'dynamic'}",
         "objective": {"model": "hpsearch.testing.objectives:trivial", "direction": "minimize"},
-        "space": {"x": {"type": "float", "low": -10.0, "high": 10.0}, "y": {"type": "float", "low": -10.0, "high": 10.0}} if declared_space else {},
+        "space": {
+            "x": {"type": "float", "low": -10.0, "high": 10.0},
+            "y": {"type": "float", "low": -10.0, "high": 10.0},
+        }
+        if declared_space
+        else {},
         "search": {"n_trials": n_trials, "sampler": "tpe", "pruner": "none", "seed": 0},
         "cluster": {"n_workers": n_workers},
     }
@@ -108,9 +124,18 @@ def main() -> None:
     try:
         for label, fn in [
             ("plain Optuna, 1 process, journal file", lambda: plain_optuna(n, folder)),
-            (f"Optuna + DaskStorage (SQLite), {args.n_workers} workers", lambda: dask_storage(n, folder, args.n_workers)),
-            (f"hpsearch, MLflow on, space in spec, {args.n_workers} workers", lambda: hpsearch_run(n, folder, args.n_workers, declared_space=True)),
-            (f"hpsearch, MLflow on, objective suggests, {args.n_workers} workers", lambda: hpsearch_run(n, folder, args.n_workers, declared_space=False)),
+            (
+                f"Optuna + DaskStorage (SQLite), {args.n_workers} workers",
+                lambda: dask_storage(n, folder, args.n_workers),
+            ),
+            (
+                f"hpsearch, MLflow on, space in spec, {args.n_workers} workers",
+                lambda: hpsearch_run(n, folder, args.n_workers, declared_space=True),
+            ),
+            (
+                f"hpsearch, MLflow on, objective suggests, {args.n_workers} workers",
+                lambda: hpsearch_run(n, folder, args.n_workers, declared_space=False),
+            ),
         ]:
             res = fn()
             if res is None:

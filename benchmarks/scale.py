@@ -22,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import optuna  # noqa: E402
+import optuna
+from _common import machine, table, timer
 
-from _common import machine, table, timer  # noqa: E402
-
-from hpsearch.testing.objectives import trivial  # noqa: E402
+from hpsearch.testing.objectives import trivial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
@@ -66,7 +65,10 @@ def hpsearch_run(n: int, folder: Path, workers: int, storage: str | None, access
     spec = {
         "name": f"scale-{workers}-{access}-{uuid.uuid4().hex[:6]}",
         "objective": {"model": "hpsearch.testing.objectives:trivial", "direction": "minimize"},
-        "space": {"x": {"type": "float", "low": -10.0, "high": 10.0}, "y": {"type": "float", "low": -10.0, "high": 10.0}},
+        "space": {
+            "x": {"type": "float", "low": -10.0, "high": 10.0},
+            "y": {"type": "float", "low": -10.0, "high": 10.0},
+        },
         "search": {"n_trials": n, "sampler": "tpe", "pruner": "none", "seed": 0},
         "cluster": {"n_workers": workers, "slots": workers, "storage_access": access},
     }
@@ -90,11 +92,32 @@ def main() -> None:
     pg = f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}" if db else None
     rows = []
     try:
-        journal_plain = plain(n, optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "plain.journal"))))
-        rows.append(("plain Optuna", 1, "journal file, in process", f"{n / journal_plain:.1f}", f"{1000 * journal_plain / n:.1f}"))
+        journal_plain = plain(
+            n,
+            optuna.storages.JournalStorage(
+                optuna.storages.journal.JournalFileBackend(str(folder / "plain.journal"))
+            ),
+        )
+        rows.append(
+            (
+                "plain Optuna",
+                1,
+                "journal file, in process",
+                f"{n / journal_plain:.1f}",
+                f"{1000 * journal_plain / n:.1f}",
+            )
+        )
         if pg:
             pg_plain = plain(n, pg)
-            rows.append(("plain Optuna", 1, "PostgreSQL, in process", f"{n / pg_plain:.1f}", f"{1000 * pg_plain / n:.1f}"))
+            rows.append(
+                (
+                    "plain Optuna",
+                    1,
+                    "PostgreSQL, in process",
+                    f"{n / pg_plain:.1f}",
+                    f"{1000 * pg_plain / n:.1f}",
+                )
+            )
         for workers in counts:
             setups = [("journal file", None, "proxy")]
             if pg:
@@ -102,7 +125,15 @@ def main() -> None:
             for label, storage, access in setups:
                 loop = hpsearch_run(n, folder, workers, storage, access)
                 how = "gRPC proxy" if access == "proxy" else "workers direct"
-                rows.append(("hpsearch, MLflow on", workers, f"{label}, {how}", f"{n / loop:.1f}", f"{1000 * loop / n:.1f}"))
+                rows.append(
+                    (
+                        "hpsearch, MLflow on",
+                        workers,
+                        f"{label}, {how}",
+                        f"{n / loop:.1f}",
+                        f"{1000 * loop / n:.1f}",
+                    )
+                )
                 print(f"done: {workers} workers, {label}, {how}", file=sys.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

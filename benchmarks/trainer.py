@@ -21,10 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import optuna  # noqa: E402
-import torch  # noqa: E402
-
-from _common import machine, table  # noqa: E402
+import optuna
+import torch
+from _common import machine, table
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
@@ -40,7 +39,9 @@ def hand_loop(epochs: int, precision: str, size: int = 8) -> float:
     bunch = load_digits()
     x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
     if size != 8:
-        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+        x = torch.nn.functional.interpolate(
+            x, size=(size, size), mode="bilinear", align_corners=False
+        )
     y = torch.tensor(bunch.target)
     g = torch.Generator().manual_seed(0)
     order = torch.randperm(len(x), generator=g)
@@ -48,9 +49,17 @@ def hand_loop(epochs: int, precision: str, size: int = 8) -> float:
     xv, yv, xt, yt = x[order[:n_val]], y[order[:n_val]], x[order[n_val:]], y[order[n_val:]]
     c = PARAMS["channels"]
     model = nn.Sequential(
-        nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(2 * c * (size // 4) ** 2, 64), nn.ReLU(), nn.Dropout(PARAMS["dropout"]), nn.Linear(64, 10),
+        nn.Conv2d(1, c, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(c, 2 * c, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * c * (size // 4) ** 2, 64),
+        nn.ReLU(),
+        nn.Dropout(PARAMS["dropout"]),
+        nn.Linear(64, 10),
     )
     opt = torch.optim.Adam(model.parameters(), lr=PARAMS["lr"])
     loss_fn = nn.CrossEntropyLoss()
@@ -88,35 +97,68 @@ def _serve(url: str, ports, stop) -> None:  # type: ignore[no-untyped-def]
 class _Bench:
     """A real study served from another process (as by a coordinator) and a real tracking store."""
 
-    def __init__(self, epochs: int, precision: str, size: int, folder: Path, checkpoint_interval: float | None) -> None:
-        from hpsearch.layout import RunLayout
-        from hpsearch.spec import StudySpec
+    def __init__(
+        self,
+        epochs: int,
+        precision: str,
+        size: int,
+        folder: Path,
+        checkpoint_interval: float | None,
+    ) -> None:
         import multiprocessing as mp
 
+        from hpsearch.layout import RunLayout
+        from hpsearch.spec import StudySpec
         from hpsearch.storage import ProxyAddress, open_storage
         from hpsearch.tracking import StudyTracker
 
-        self.spec = StudySpec.from_dict({
-            "name": f"bench-{precision}-{size}",
-            "objective": {"model": "cnn", "dataset": {"name": "digits", "size": size}, "epochs": epochs, "precision": precision,
-                          **({"checkpoint_interval": checkpoint_interval} if checkpoint_interval is not None else {}), "params": {k: v for k, v in PARAMS.items() if k in ("batch_size", "optimizer")}},
-            "space": {
-                "lr": {"type": "float", "low": 1e-3, "high": 1e-3 * 1.0000001},
-                "channels": {"type": "int", "low": 32, "high": 32},
-                "dropout": {"type": "float", "low": 0.1, "high": 0.1 * 1.0000001},
-            },
-            "search": {"n_trials": 100, "sampler": "random", "pruner": {"name": "median", "n_startup_trials": 10000}},  # asks the pruner every epoch, never prunes
-        })
+        self.spec = StudySpec.from_dict(
+            {
+                "name": f"bench-{precision}-{size}",
+                "objective": {
+                    "model": "cnn",
+                    "dataset": {"name": "digits", "size": size},
+                    "epochs": epochs,
+                    "precision": precision,
+                    **(
+                        {"checkpoint_interval": checkpoint_interval}
+                        if checkpoint_interval is not None
+                        else {}
+                    ),
+                    "params": {k: v for k, v in PARAMS.items() if k in ("batch_size", "optimizer")},
+                },
+                "space": {
+                    "lr": {"type": "float", "low": 1e-3, "high": 1e-3 * 1.0000001},
+                    "channels": {"type": "int", "low": 32, "high": 32},
+                    "dropout": {"type": "float", "low": 0.1, "high": 0.1 * 1.0000001},
+                },
+                "search": {
+                    "n_trials": 100,
+                    "sampler": "random",
+                    "pruner": {"name": "median", "n_startup_trials": 10000},
+                },  # asks the pruner every epoch, never prunes
+            }
+        )
         self.layout = RunLayout.of(folder, self.spec.name)
         self.layout.create()
         storage = open_storage(self.layout.default_storage_url)
-        self.study = optuna.create_study(study_name=self.spec.name, storage=storage, direction="maximize")
+        self.study = optuna.create_study(
+            study_name=self.spec.name, storage=storage, direction="maximize"
+        )
         ctx = mp.get_context("spawn")
         ports, self._stop = ctx.Queue(), ctx.Event()
-        self._server = ctx.Process(target=_serve, args=(self.layout.default_storage_url, ports, self._stop), daemon=True)
+        self._server = ctx.Process(
+            target=_serve, args=(self.layout.default_storage_url, ports, self._stop), daemon=True
+        )
         self._server.start()
         self.address = ProxyAddress("127.0.0.1", ports.get(timeout=60))
-        tracker = StudyTracker(self.layout.default_mlflow_uri, self.spec.name, self.spec.name, metric="val_accuracy", artifact_root=self.layout.mlflow_artifacts)
+        tracker = StudyTracker(
+            self.layout.default_mlflow_uri,
+            self.spec.name,
+            self.spec.name,
+            metric="val_accuracy",
+            artifact_root=self.layout.mlflow_artifacts,
+        )
         self.target = tracker.open(storage_url="bench", tags={}, spec_yaml="")
 
     def close(self) -> None:
@@ -128,7 +170,16 @@ class _Bench:
         from hpsearch.space import to_distributions
 
         trial = self.study.ask(to_distributions(self.spec.space))
-        task = TrialTask(self.spec.name, trial._trial_id, trial.number, self.spec, self.address, self.target, str(self.layout.study_dir), [])
+        task = TrialTask(
+            self.spec.name,
+            trial._trial_id,
+            trial.number,
+            self.spec,
+            self.address,
+            self.target,
+            str(self.layout.study_dir),
+            [],
+        )
         start = time.perf_counter()
         outcome = run_trial(task)
         seconds = time.perf_counter() - start
@@ -144,8 +195,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--precisions", default="fp32,bf16")
-    parser.add_argument("--sizes", default="8,28", help="image sizes: 8 is digits as shipped, 28 resized (12x the compute per epoch)")
-    parser.add_argument("--checkpoint-interval", type=float, default=None, help="override objective.checkpoint_interval (0: every epoch)")
+    parser.add_argument(
+        "--sizes",
+        default="8,28",
+        help="image sizes: 8 is digits as shipped, 28 resized (12x the compute per epoch)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=None,
+        help="override objective.checkpoint_interval (0: every epoch)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import os
@@ -170,8 +230,21 @@ def main() -> None:
 
     flush()
     ckpt = "default" if args.checkpoint_interval is None else f"{args.checkpoint_interval:g} s"
-    print(f"\nCNN on digits, batch {PARAMS['batch_size']}, {args.epochs} epochs, {args.threads} thread(s), checkpoint interval {ckpt}, median of {args.repeats} — {machine()}\n")
-    print(table(["images", "precision", "hand-written loop samples/s", "hpsearch trial samples/s", "ratio"], rows))
+    print(
+        f"\nCNN on digits, batch {PARAMS['batch_size']}, {args.epochs} epochs, {args.threads} thread(s), checkpoint interval {ckpt}, median of {args.repeats} — {machine()}\n"
+    )
+    print(
+        table(
+            [
+                "images",
+                "precision",
+                "hand-written loop samples/s",
+                "hpsearch trial samples/s",
+                "ratio",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

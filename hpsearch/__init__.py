@@ -23,8 +23,8 @@ __all__ = [
     "SpecError",
     "Study",
     "StudySpec",
-    "TrialContext",
     "TrackingError",
+    "TrialContext",
     "__version__",
 ]
 

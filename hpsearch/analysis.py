@@ -47,7 +47,9 @@ def trial_runs(mlflow_uri: str, experiment: str, study_name: str) -> dict[int, A
     return runs_by_trial(client, exp.experiment_id, f"tags.`hpsearch.study` = '{study_name}'")
 
 
-def best_trial(study: optuna.Study, *, metric: str, runs: dict[int, Any] | None = None) -> BestTrial | None:
+def best_trial(
+    study: optuna.Study, *, metric: str, runs: dict[int, Any] | None = None
+) -> BestTrial | None:
     from hpsearch.coordinator import best_trial as pick
 
     best = pick(study)
@@ -55,8 +57,12 @@ def best_trial(study: optuna.Study, *, metric: str, runs: dict[int, Any] | None 
         return None
     run = (runs or {}).get(best.number)
     return BestTrial(
-        best.number, float(best.value), dict(best.params), run.info.run_id if run is not None else None,
-        metric, study.direction.name.lower(),
+        best.number,
+        float(best.value),
+        dict(best.params),
+        run.info.run_id if run is not None else None,
+        metric,
+        study.direction.name.lower(),
     )
 
 
@@ -70,7 +76,11 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
     for t in study.get_trials(deepcopy=False):
         run = runs.get(t.number)
         tags = run.data.tags if run is not None else {}
-        duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+        duration = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start
+            else None
+        )
         row: dict[str, Any] = {
             "number": t.number,
             "state": t.state.name,
@@ -80,7 +90,8 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
             "worker": t.user_attrs.get("hpsearch.worker") or tags.get("hpsearch.worker"),
             "devices": tags.get("hpsearch.devices"),
             "run_id": run.info.run_id if run is not None else None,
-            "reason": t.user_attrs.get("hpsearch.fail_reason") or t.user_attrs.get("hpsearch.prune_reason"),
+            "reason": t.user_attrs.get("hpsearch.fail_reason")
+            or t.user_attrs.get("hpsearch.prune_reason"),
         }
         row.update({f"params_{k}": v for k, v in t.params.items()})
         rows.append(row)
@@ -99,7 +110,11 @@ def _figure(title: str) -> tuple[Figure, Any]:
 def plot_history(study: optuna.Study, *, metric: str) -> Figure:
     """Each complete trial's value by trial number, and the best so far."""
     fig, ax = _figure(f"Optimization history: {metric}")
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and t.value is not None
+    ]
     maximize = study.direction.name == "MAXIMIZE"
     xs = [t.number for t in done]
     ys = [t.value for t in done]
@@ -126,8 +141,13 @@ def plot_intermediate_values(study: optuna.Study, *, metric: str) -> Figure:
         steps = sorted(t.intermediate_values)
         state = t.state.name
         ax.plot(
-            steps, [t.intermediate_values[s] for s in steps], marker="o", markersize=2.5, linewidth=1.0,
-            color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.8,
+            steps,
+            [t.intermediate_values[s] for s in steps],
+            marker="o",
+            markersize=2.5,
+            linewidth=1.0,
+            color=STATE_COLORS.get(state, "#7f7f7f"),
+            alpha=0.8,
             label=state.lower() if state not in seen else None,
         )
         seen.add(state)
@@ -149,7 +169,13 @@ def plot_importances(study: optuna.Study, *, metric: str) -> Figure:
     except (RuntimeError, ValueError):  # e.g. one parameter value only
         importances = {}
     if not importances:
-        ax.text(0.5, 0.5, "needs at least 2 complete trials with varied parameters", ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "needs at least 2 complete trials with varied parameters",
+            ha="center",
+            va="center",
+        )
         ax.set_axis_off()
         return fig
     names = list(importances)[::-1]
@@ -161,7 +187,11 @@ def plot_importances(study: optuna.Study, *, metric: str) -> Figure:
 def plot_parallel_coordinate(study: optuna.Study, *, metric: str) -> Figure:
     """Each complete trial as a line across its (scaled) parameters and its value."""
     fig, ax = _figure(f"Parallel coordinates: parameters and {metric}")
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and t.value is not None
+    ]
     names = sorted({k for t in done for k in t.params})
     if not done or not names:
         ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
@@ -187,7 +217,13 @@ def plot_parallel_coordinate(study: optuna.Study, *, metric: str) -> Figure:
 
     cmap = matplotlib.colormaps["viridis"]
     for i in range(len(done)):
-        ax.plot(range(len(columns)), [col[i] for col in grid], color=cmap(values[i]), alpha=0.7, linewidth=1.2)
+        ax.plot(
+            range(len(columns)),
+            [col[i] for col in grid],
+            color=cmap(values[i]),
+            alpha=0.7,
+            linewidth=1.2,
+        )
     ax.set_xticks(range(len(columns)), columns, rotation=20, ha="right")
     ax.set_yticks([0, 1], ["low", "high"])
     return fig
@@ -241,4 +277,10 @@ def _interactive_html(study: optuna.Study, *, metric: str) -> str:
         parts.append(f"<h2>{title}</h2>")
         parts.append(pio.to_html(fig, include_plotlyjs=first, full_html=False))
         first = False
-    return "<!doctype html><html><head><meta charset='utf-8'><title>" + study.study_name + "</title></head><body>" + "\n".join(parts) + "</body></html>"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>"
+        + study.study_name
+        + "</title></head><body>"
+        + "\n".join(parts)
+        + "</body></html>"
+    )

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -39,7 +39,9 @@ def _user_error(exc: Exception) -> typer.Exit:
 def _load(file: Path, overrides: dict[str, Any]) -> Any:
     from hpsearch.spec import StudySpec
 
-    return StudySpec.from_yaml(file, overrides={k: v for k, v in overrides.items() if v is not None})
+    return StudySpec.from_yaml(
+        file, overrides={k: v for k, v in overrides.items() if v is not None}
+    )
 
 
 @app.command()
@@ -88,23 +90,44 @@ def _sigterm_as_interrupt() -> None:
 @app.command()
 def run(
     file: Path = typer.Argument(..., help="The study file."),
-    n_trials: Optional[int] = typer.Option(None, "--n-trials", help="Override search.n_trials."),
-    n_workers: Optional[int] = typer.Option(None, "--n-workers", help="Override cluster.n_workers."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Override objective.epochs."),
-    run_dir: Path = typer.Option(Path("runs"), "--run-dir", help="The run folder: RUN_DIR/NAME/ holds the study's files."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Override the Optuna storage URL."),
-    mlflow_uri: Optional[str] = typer.Option(None, "--mlflow-uri", help="Override the MLflow tracking URI."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the SLURM job script, the Kubernetes manifest or the local workers, and stop."),
+    n_trials: int | None = typer.Option(None, "--n-trials", help="Override search.n_trials."),
+    n_workers: int | None = typer.Option(
+        None, "--n-workers", help="Override cluster.n_workers."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", help="Override objective.epochs."),
+    run_dir: Path = typer.Option(
+        Path("runs"), "--run-dir", help="The run folder: RUN_DIR/NAME/ holds the study's files."
+    ),
+    storage: str | None = typer.Option(
+        None, "--storage", help="Override the Optuna storage URL."
+    ),
+    mlflow_uri: str | None = typer.Option(
+        None, "--mlflow-uri", help="Override the MLflow tracking URI."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Address of an existing Dask scheduler."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the SLURM job script, the Kubernetes manifest or the local workers, and stop.",
+    ),
 ) -> None:
     """Run a study (or resume it) until its trial budget is spent."""
     from hpsearch.exceptions import HpsearchError
 
     try:
-        spec = _load(file, {
-            "n_trials": n_trials, "n_workers": n_workers, "epochs": epochs, "storage": storage,
-            "mlflow_uri": mlflow_uri, "scheduler": scheduler,
-        })
+        spec = _load(
+            file,
+            {
+                "n_trials": n_trials,
+                "n_workers": n_workers,
+                "epochs": epochs,
+                "storage": storage,
+                "mlflow_uri": mlflow_uri,
+                "scheduler": scheduler,
+            },
+        )
     except HpsearchError as exc:
         raise _user_error(exc) from None
     if dry_run:
@@ -113,10 +136,21 @@ def run(
         try:
             from hpsearch.study import Study
 
-            typer.echo(render(spec, gpus=Study(spec, run_dir=run_dir)._gpus() if spec.cluster.backend == "local" else None))
+            typer.echo(
+                render(
+                    spec,
+                    gpus=Study(spec, run_dir=run_dir)._gpus()
+                    if spec.cluster.backend == "local"
+                    else None,
+                )
+            )
         except ImportError as exc:
             extra = "slurm" if spec.cluster.backend == "slurm" else "kubernetes"
-            raise _user_error(ValueError(f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: pip install 'hpsearch[{extra}]'")) from None
+            raise _user_error(
+                ValueError(
+                    f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: pip install 'hpsearch[{extra}]'"
+                )
+            ) from None
         return
 
     from hpsearch.progress import RichProgress
@@ -133,7 +167,9 @@ def run(
         check_reachable(study.mlflow_uri)  # before anything is printed or created
     except HpsearchError as exc:
         raise _user_error(exc) from None
-    console.print(f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})")
+    console.print(
+        f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})"
+    )
     console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
     console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
     try:
@@ -152,16 +188,38 @@ def run(
 
 @app.command()
 def worker(
-    scheduler: str = typer.Argument(..., help="Address of the Dask scheduler to join, e.g. tcp://10.0.0.1:8786."),
-    gpus: str = typer.Option("auto", "--gpus", help="GPUs of this node: auto, none, or a list such as 0,1,2,3."),
-    gpus_per_trial: int = typer.Option(1, "--gpus-per-trial", help="Size of each worker's GPU set (one worker per set)."),
-    mixed_sizes: bool = typer.Option(False, "--mixed-sizes", help="One worker owning all devices, leasing subsets to trials of different sizes."),
-    slots: Optional[int] = typer.Option(None, "--slots", help="CPU slots where the node has no GPUs (default: one per core)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Interface the workers listen on (default: 127.0.0.1 for a local scheduler, else all)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Prefix of the worker names (default: the host name)."),
-    tls_ca_file: Optional[Path] = typer.Option(None, "--tls-ca-file", help="TLS: the CA certificate (with --tls-cert and --tls-key)."),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS: this node's certificate."),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS: its private key."),
+    scheduler: str = typer.Argument(
+        ..., help="Address of the Dask scheduler to join, e.g. tcp://10.0.0.1:8786."
+    ),
+    gpus: str = typer.Option(
+        "auto", "--gpus", help="GPUs of this node: auto, none, or a list such as 0,1,2,3."
+    ),
+    gpus_per_trial: int = typer.Option(
+        1, "--gpus-per-trial", help="Size of each worker's GPU set (one worker per set)."
+    ),
+    mixed_sizes: bool = typer.Option(
+        False,
+        "--mixed-sizes",
+        help="One worker owning all devices, leasing subsets to trials of different sizes.",
+    ),
+    slots: int | None = typer.Option(
+        None, "--slots", help="CPU slots where the node has no GPUs (default: one per core)."
+    ),
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        help="Interface the workers listen on (default: 127.0.0.1 for a local scheduler, else all).",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Prefix of the worker names (default: the host name)."
+    ),
+    tls_ca_file: Path | None = typer.Option(
+        None, "--tls-ca-file", help="TLS: the CA certificate (with --tls-cert and --tls-key)."
+    ),
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", help="TLS: this node's certificate."
+    ),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="TLS: its private key."),
 ) -> None:
     """Start this node's workers, one per GPU set, and join an existing scheduler."""
     import asyncio
@@ -179,17 +237,27 @@ def worker(
             try:
                 devices = [int(x) for x in gpus.split(",") if x.strip()]
             except ValueError:
-                raise _user_error(ValueError(f"--gpus: expected auto, none or a list such as 0,1,2,3, got {gpus!r}")) from None
+                raise _user_error(
+                    ValueError(
+                        f"--gpus: expected auto, none or a list such as 0,1,2,3, got {gpus!r}"
+                    )
+                ) from None
         specs, plan = worker_specs(
-            gpus=devices, gpus_per_trial=gpus_per_trial, mixed_sizes=mixed_sizes, n_slots=slots,
-            links=nvml_links(devices) if devices else None, prefix=name or socket.gethostname(),
+            gpus=devices,
+            gpus_per_trial=gpus_per_trial,
+            mixed_sizes=mixed_sizes,
+            n_slots=slots,
+            links=nvml_links(devices) if devices else None,
+            prefix=name or socket.gethostname(),
         )
     except HpsearchError as exc:
         raise _user_error(exc) from None
     local = any(h in scheduler for h in ("127.0.0.1", "localhost", "[::1]"))
     console = _console()
     what = "GPU" if devices else "CPU slot"
-    console.print(f"[bold]{len(specs)}[/] worker(s) joining {scheduler}: {plan.describe().replace('GPU set', what + ' set')}")
+    console.print(
+        f"[bold]{len(specs)}[/] worker(s) joining {scheduler}: {plan.describe().replace('GPU set', what + ' set')}"
+    )
     given = [p for p in (tls_ca_file, tls_cert, tls_key) if p is not None]
     if given and len(given) != 3:
         raise _user_error(ValueError("--tls-ca-file, --tls-cert and --tls-key go together"))
@@ -199,7 +267,9 @@ def worker(
 
         from hpsearch.cluster._base import security as make_security
 
-        security = make_security(SimpleNamespace(ca_file=str(tls_ca_file), cert=str(tls_cert), key=str(tls_key)))
+        security = make_security(
+            SimpleNamespace(ca_file=str(tls_ca_file), cert=str(tls_cert), key=str(tls_key))
+        )
     for spec in specs.values():
         spec["options"]["host"] = host or ("127.0.0.1" if local else None)
         if security is not None:
@@ -232,17 +302,23 @@ def _open_study(target: Path, run_dir: Path) -> Any:
     try:
         study = Study.load(target) if target.is_dir() else Study.from_yaml(target, run_dir=run_dir)
         if not study.layout.journal.exists() and study.spec.storage is None:
-            raise SpecError(f"{target}: the study {study.spec.name!r} has not run yet (no {study.layout.journal})")
+            raise SpecError(
+                f"{target}: the study {study.spec.name!r} has not run yet (no {study.layout.journal})"
+            )
         study.optuna_study()
     except KeyError:
-        raise _user_error(SpecError(f"{target}: the study has not run yet (it is not in its storage)")) from None
+        raise _user_error(
+            SpecError(f"{target}: the study has not run yet (it is not in its storage)")
+        ) from None
     except HpsearchError as exc:
         raise _user_error(exc) from None
     return study
 
 
 _TARGET = typer.Argument(..., help="The study file, or the study's run folder (RUN_DIR/NAME).")
-_RUN_DIR = typer.Option(Path("runs"), "--run-dir", help="The run folder of a study given by its file.")
+_RUN_DIR = typer.Option(
+    Path("runs"), "--run-dir", help="The run folder of a study given by its file."
+)
 
 
 @app.command()
@@ -296,10 +372,19 @@ def _status_view(study: Any) -> Any:
         table.add_column(col)
     running = frame[frame["state"] == "RUNNING"] if len(frame) else frame
     for _, row in running.iterrows():
-        params = ", ".join(f"{k[7:]}={v:.4g}" if isinstance(v, float) else f"{k[7:]}={v}" for k, v in row.items() if k.startswith("params_"))
+        params = ", ".join(
+            f"{k[7:]}={v:.4g}" if isinstance(v, float) else f"{k[7:]}={v}"
+            for k, v in row.items()
+            if k.startswith("params_")
+        )
         last = row["last_step"]
-        table.add_row(str(row["number"]), str(row["worker"] or "-"), str(row["devices"] or "-"),
-                      "-" if last is None or last != last else str(int(last)), params)
+        table.add_row(
+            str(row["number"]),
+            str(row["worker"] or "-"),
+            str(row["devices"] or "-"),
+            "-" if last is None or last != last else str(int(last)),
+            params,
+        )
     return Group(head, table) if len(running) else Group(head, "no trial running")
 
 
@@ -340,7 +425,9 @@ def report(target: Path = _TARGET, run_dir: Path = _RUN_DIR) -> None:
     console = _console()
     for path in files:
         console.print(f"wrote {path}")
-    console.print(f"and logged them under [bold]report/[/] on the study's MLflow run ({_redact(study.mlflow_uri)})")
+    console.print(
+        f"and logged them under [bold]report/[/] on the study's MLflow run ({_redact(study.mlflow_uri)})"
+    )
 
 
 @app.command()
@@ -361,7 +448,18 @@ def ui(
     if uri.startswith(("http://", "https://")):
         console.print(f"the study's tracking server is already a UI: [bold]{uri}[/]")
         return
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", uri]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        uri,
+    ]
     if uri.startswith("sqlite:") and study.layout.mlflow_artifacts.exists():
         cmd += ["--artifacts-destination", str(study.layout.mlflow_artifacts)]
     procs = [subprocess.Popen(cmd, start_new_session=True)]
@@ -376,10 +474,21 @@ def ui(
         pass
     console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
     if importlib.util.find_spec("optuna_dashboard") is not None:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "optuna_dashboard", "--host", "127.0.0.1", "--port", str(port + 1), study.storage_url.replace("journal://", "")],
-            start_new_session=True,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "optuna_dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port + 1),
+                    study.storage_url.replace("journal://", ""),
+                ],
+                start_new_session=True,
+            )
+        )
         console.print(f"[bold]Optuna dashboard[/] http://127.0.0.1:{port + 1}")
     console.print("Ctrl-C stops them")
     _sigterm_as_interrupt()

@@ -18,8 +18,9 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -215,15 +216,26 @@ class Coordinator:
 
     def _submit(self, item: _Ready) -> Future:
         task = TrialTask(
-            study_name=self.study.study_name, trial_id=item.trial_id, trial_number=item.number,
-            spec=self.spec, proxy=self.proxy, tracking=self.tracking, study_dir=self.study_dir,
-            search_paths=self.search_paths, resume=item.resume, size=item.size,
-            objective=self.objective, storage_url=self.storage_url,
+            study_name=self.study.study_name,
+            trial_id=item.trial_id,
+            trial_number=item.number,
+            spec=self.spec,
+            proxy=self.proxy,
+            tracking=self.tracking,
+            study_dir=self.study_dir,
+            search_paths=self.search_paths,
+            resume=item.resume,
+            size=item.size,
+            objective=self.objective,
+            storage_url=self.storage_url,
         )
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
-            run_trial, task, key=f"hpsearch-{self.study.study_name}-trial-{item.number}-{uuid.uuid4().hex[:8]}",
-            resources=resources, pure=False,
+            run_trial,
+            task,
+            key=f"hpsearch-{self.study.study_name}-trial-{item.number}-{uuid.uuid4().hex[:8]}",
+            resources=resources,
+            pure=False,
         )
         self.in_flight[future] = _InFlight(item.number, item.trial_id, time.monotonic(), item.size)
         return future
@@ -247,12 +259,15 @@ class Coordinator:
                 self._storage.set_trial_user_attr(trial_id, key, value)
 
     def _tell(self, info: _InFlight, outcome: TrialOutcome) -> None:
-        self._set_attrs(info.trial_id, {
-            "hpsearch.worker": outcome.worker or None,
-            "hpsearch.pid": outcome.pid or None,
-            "hpsearch.prune_reason": outcome.reason if outcome.state == "PRUNED" else None,
-            "hpsearch.fail_reason": outcome.reason if outcome.state == "FAIL" else None,
-        })
+        self._set_attrs(
+            info.trial_id,
+            {
+                "hpsearch.worker": outcome.worker or None,
+                "hpsearch.pid": outcome.pid or None,
+                "hpsearch.prune_reason": outcome.reason if outcome.state == "PRUNED" else None,
+                "hpsearch.fail_reason": outcome.reason if outcome.state == "FAIL" else None,
+            },
+        )
         if outcome.state == "COMPLETE":
             self.study.tell(info.number, outcome.value, skip_if_finished=True)
         else:
@@ -287,10 +302,16 @@ class Coordinator:
             return None
         losses = self._losses_of(info)
         if losses > self.spec.search.max_retries:
-            self._last_loss[info.number] = f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
+            self._last_loss[info.number] = (
+                f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"
+            )
             return None
-        log.warning("trial %d: its worker was lost (%d of %d retries); it runs again, from its last checkpoint if it has one",
-                    info.number, losses, self.spec.search.max_retries)
+        log.warning(
+            "trial %d: its worker was lost (%d of %d retries); it runs again, from its last checkpoint if it has one",
+            info.number,
+            losses,
+            self.spec.search.max_retries,
+        )
         return _Ready(info.trial_id, info.number, resume=True, size=info.size)
 
     def _outcome(self, info: _InFlight, future: Future, result: Any) -> TrialOutcome:
@@ -301,7 +322,12 @@ class Coordinator:
             reason = self._last_loss[info.number]
         else:
             reason = f"{type(exc).__name__}: {exc}" if exc is not None else f"task {future.status}"
-        return TrialOutcome(info.number, "FAIL", reason=reason, error_type=type(exc).__name__ if exc is not None else None)
+        return TrialOutcome(
+            info.number,
+            "FAIL",
+            reason=reason,
+            error_type=type(exc).__name__ if exc is not None else None,
+        )
 
     # ---------------------------------------------------------------- the loop
 
@@ -320,7 +346,11 @@ class Coordinator:
         deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
         trials = self._count()
         # Trials an earlier coordinator left running are run again first (from checkpoints).
-        ready = [_Ready(t._trial_id, t.number, resume=True, size=self._size(t.params)) for t in trials if t.state == TrialState.RUNNING]
+        ready = [
+            _Ready(t._trial_id, t.number, resume=True, size=self._size(t.params))
+            for t in trials
+            if t.state == TrialState.RUNNING
+        ]
         to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
@@ -402,7 +432,11 @@ class Coordinator:
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The best complete trial, or ``None`` when no trial completed."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None and math.isfinite(t.value)
+    ]
     if not done:
         return None
     pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min

@@ -38,7 +38,9 @@ def dask_setup(worker: Any) -> None:
 
     parent = os.getppid()
     if parent != 1:
-        threading.Thread(target=_watch_parent, args=(parent,), name="hpsearch-parent-watch", daemon=True).start()
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="hpsearch-parent-watch", daemon=True
+        ).start()
 
     # A terminal's Ctrl-C reaches the whole process group: the coordinator stops the trials
     # and closes the cluster; a worker dying of it on its own would only print a traceback.
@@ -49,7 +51,7 @@ def dask_setup(worker: Any) -> None:
     import optuna
     from optuna.storages import GrpcStorageProxy  # noqa: F401
 
-    import hpsearch.runner  # noqa: F401
+    import hpsearch.runner
     import hpsearch.tracking
 
     hpsearch.tracking.fail_fast_http()

@@ -26,7 +26,14 @@ class RichProgress:
     """
 
     def __init__(self, console: Console, *, title: str) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._progress = Progress(
             SpinnerColumn(),

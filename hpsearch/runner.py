@@ -18,10 +18,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -144,12 +145,16 @@ class TrackedTrial(optuna.Trial):
     :class:`~hpsearch.exceptions.TrialDiverged` instead, so the pruner never sees a NaN.
     """
 
-    def __init__(self, study: optuna.Study, trial_id: int, *, run: TrialRun, metric: str, pruner_name: str) -> None:
+    def __init__(
+        self, study: optuna.Study, trial_id: int, *, run: TrialRun, metric: str, pruner_name: str
+    ) -> None:
         super().__init__(study, trial_id)
         self._run = run
         self._metric = metric
         self._pruner_name = pruner_name
-        self.last_step: int | None = max(self._cached_frozen_trial.intermediate_values, default=None)
+        self.last_step: int | None = max(
+            self._cached_frozen_trial.intermediate_values, default=None
+        )
         self.prune_decision: dict[str, Any] | None = None
         self._reports: list[Future[None]] = []
         for step, value in sorted(self._cached_frozen_trial.intermediate_values.items()):
@@ -179,7 +184,9 @@ class TrackedTrial(optuna.Trial):
             return  # reported by an earlier attempt: the study keeps that value
         self._cached_frozen_trial.intermediate_values[step] = value
         self._reports.append(
-            _report_writer().submit(self.storage.set_trial_intermediate_value, self._trial_id, step, value)
+            _report_writer().submit(
+                self.storage.set_trial_intermediate_value, self._trial_id, step, value
+            )
         )
         self.last_step = step
         self._run.log_metrics({self._metric: value}, step)
@@ -195,8 +202,12 @@ class TrackedTrial(optuna.Trial):
         if decision and self.last_step is not None:
             value = self._cached_frozen_trial.intermediate_values[self.last_step]
             reason = explain_prune(
-                self.study, self._cached_frozen_trial, self.last_step, value,
-                pruner_name=self._pruner_name, metric=self._metric,
+                self.study,
+                self._cached_frozen_trial,
+                self.last_step,
+                value,
+                pruner_name=self._pruner_name,
+                metric=self._metric,
             )
             self.prune_decision = {"step": self.last_step, "value": value, "reason": reason}
         return decision
@@ -289,7 +300,12 @@ class WorkerDevices:
         kind = env.get("HPSEARCH_DEVICE_KIND") or ("cuda" if visible and visible != "-1" else "cpu")
         raw = env.get("HPSEARCH_DEVICE_IDS") or (visible if kind == "cuda" else "0")
         ids = tuple(int(x) for x in raw.split(",") if x.strip().lstrip("-").isdigit())
-        return cls(kind, ids or (0,), int(env.get(ENV_THREADS) or _cores()), env.get("HPSEARCH_LEASE") == "1")
+        return cls(
+            kind,
+            ids or (0,),
+            int(env.get(ENV_THREADS) or _cores()),
+            env.get("HPSEARCH_LEASE") == "1",
+        )
 
     def label(self, ids: Sequence[int]) -> str:
         return ",".join(f"{'cuda' if self.kind == 'cuda' else 'slot'}:{i}" for i in ids)
@@ -345,20 +361,35 @@ def run_trial(task: TrialTask) -> TrialOutcome:
             # In the worker's own process: no start-up at all. A trial with a time limit
             # runs in a rank process instead, which can be killed when the limit passes.
             threads = devices.threads if not devices.lease else per_device
-            return execute(task, devices=devices, device_ids=list(ids), local=[devices.local_device(ids[0])], n_threads=threads)
-        return _run_ranks(task, devices, list(ids), per_device if size > 1 else (devices.threads if not devices.lease else per_device))
+            return execute(
+                task,
+                devices=devices,
+                device_ids=list(ids),
+                local=[devices.local_device(ids[0])],
+                n_threads=threads,
+            )
+        return _run_ranks(
+            task,
+            devices,
+            list(ids),
+            per_device if size > 1 else (devices.threads if not devices.lease else per_device),
+        )
     finally:
         if devices.lease:
             _allocator(devices).release(ids)
 
 
-def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads: int) -> TrialOutcome:
+def _run_ranks(
+    task: TrialTask, devices: WorkerDevices, ids: list[int], threads: int
+) -> TrialOutcome:
     from hpsearch.training._ranks import rank_pool
 
     start = time.perf_counter()
     result, failure = rank_pool().run(
         {"task": task, "kind": devices.kind, "device_ids": ids, "worker": _worker_address()},
-        kind=devices.kind, device_ids=ids, threads=threads,
+        kind=devices.kind,
+        device_ids=ids,
+        threads=threads,
         timeout=task.spec.objective.trial_timeout,
     )
     if failure is None and isinstance(result, TrialOutcome):
@@ -370,11 +401,22 @@ def _run_ranks(task: TrialTask, devices: WorkerDevices, ids: list[int], threads:
     if timed_out:
         first = f"{first} (objective.trial_timeout); its processes were killed"
     outcome = TrialOutcome(
-        task.trial_number, "FAIL", reason=first, error_type="TrialTimeout" if timed_out else "RankFailure",
-        worker=_worker_address(), pid=os.getpid(), duration_s=time.perf_counter() - start,
+        task.trial_number,
+        "FAIL",
+        reason=first,
+        error_type="TrialTimeout" if timed_out else "RankFailure",
+        worker=_worker_address(),
+        pid=os.getpid(),
+        duration_s=time.perf_counter() - start,
     )
     run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
-    run.set_tags({"hpsearch.fail_reason": first[:5000], "hpsearch.error_type": outcome.error_type, "hpsearch.error_message": first[:5000]})
+    run.set_tags(
+        {
+            "hpsearch.fail_reason": first[:5000],
+            "hpsearch.error_type": outcome.error_type,
+            "hpsearch.error_message": first[:5000],
+        }
+    )
     if tb:
         run.log_text(tb, "traceback.txt")
     run.finish("FAIL")
@@ -419,10 +461,13 @@ def execute(
         study, attempt = None, 1
     resumed = task.resume or attempt > 1
     run = TrialRun(
-        task.tracking, task.trial_number,
+        task.tracking,
+        task.trial_number,
         tags={
-            "hpsearch.worker": worker, "hpsearch.pid": pid,
-            "hpsearch.devices": devices.label(device_ids), "hpsearch.world_size": world_size,
+            "hpsearch.worker": worker,
+            "hpsearch.pid": pid,
+            "hpsearch.devices": devices.label(device_ids),
+            "hpsearch.world_size": world_size,
             "hpsearch.attempt": attempt,
         },
         resume=resumed,
@@ -434,12 +479,22 @@ def execute(
         tracked = TrackedTrial(
             study, task.trial_id, run=run, metric=spec.metric, pruner_name=spec.search.pruner.name
         )
-        trial: Any = tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
+        trial: Any = (
+            tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
+        )
         run.log_params({**spec.objective.params, **tracked.params})
         ctx = TrialContext(
-            spec=spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
-            study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
-            worker=worker, resumed=resumed, run=run, rank=rank, world_size=world_size,
+            spec=spec,
+            trial_number=task.trial_number,
+            devices=local,
+            n_threads=n_threads,
+            study_dir=Path(task.study_dir),
+            checkpoint_dir=Path(task.study_dir) / "checkpoints",
+            worker=worker,
+            resumed=resumed,
+            run=run,
+            rank=rank,
+            world_size=world_size,
             device_ids=devices.label(device_ids).split(","),
         )
         objective = _objective(task)
@@ -455,7 +510,13 @@ def execute(
         decision = tracked.prune_decision if tracked is not None else None
         if decision is None:  # pruned without asking should_prune
             step = tracked.last_step if tracked is not None else None
-            decision = {"step": step, "value": None, "reason": f"the objective raised TrialPruned ({exc})" if str(exc) else "the objective raised TrialPruned"}
+            decision = {
+                "step": step,
+                "value": None,
+                "reason": f"the objective raised TrialPruned ({exc})"
+                if str(exc)
+                else "the objective raised TrialPruned",
+            }
         outcome.last_step = decision["step"]
         outcome.reason = decision["reason"]
         tags = {"hpsearch.prune_reason": decision["reason"]}
@@ -475,11 +536,13 @@ def execute(
         else:
             outcome.reason = f"{type(exc).__name__}: {exc}"
         tb = traceback.format_exc()
-        run.set_tags({
-            "hpsearch.fail_reason": outcome.reason[:5000],
-            "hpsearch.error_type": outcome.error_type,
-            "hpsearch.error_message": str(exc)[:5000],
-        })
+        run.set_tags(
+            {
+                "hpsearch.fail_reason": outcome.reason[:5000],
+                "hpsearch.error_type": outcome.error_type,
+                "hpsearch.error_message": str(exc)[:5000],
+            }
+        )
         run.log_text(tb, "traceback.txt")
         outcome.extra["traceback"] = tb
     if tracked is not None:
@@ -488,7 +551,9 @@ def execute(
         except Exception as exc:
             outcome.state, outcome.value = "FAIL", None
             outcome.reason = f"could not report to the study: {type(exc).__name__}: {exc}"
-        outcome.last_step = outcome.last_step if outcome.last_step is not None else tracked.last_step
+        outcome.last_step = (
+            outcome.last_step if outcome.last_step is not None else tracked.last_step
+        )
         run.log_params(tracked.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start
     run.finish(outcome.state)
@@ -518,7 +583,11 @@ class DistributedTrial:
         return box[0]
 
     def _suggest(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        value = getattr(self._inner, f"suggest_{kind}")(name, *args, **kwargs) if self._inner is not None else None
+        value = (
+            getattr(self._inner, f"suggest_{kind}")(name, *args, **kwargs)
+            if self._inner is not None
+            else None
+        )
         value = self._bcast(value)
         self._params[name] = value
         return value
@@ -570,15 +639,23 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
     dist.init_process_group(
         "nccl" if kind == "cuda" else "gloo",
         init_method=f"tcp://127.0.0.1:{payload['master_port']}",
-        rank=rank, world_size=world, timeout=timedelta(seconds=300),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=300),
     )
     try:
         local = ["cuda:0" if kind == "cuda" else "cpu"]
         devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
         if rank == 0:
             outcome = execute(
-                task, devices=devices, device_ids=list(devices.ids), local=local, n_threads=threads,
-                rank=0, world_size=world, worker=payload.get("worker"),
+                task,
+                devices=devices,
+                device_ids=list(devices.ids),
+                local=local,
+                n_threads=threads,
+                rank=0,
+                world_size=world,
+                worker=payload.get("worker"),
             )
             from hpsearch.tracking import flush, spool
 
@@ -586,17 +663,40 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
             if flush(60.0):
                 spool(Path(task.study_dir) / "tracking-backlog")
             return outcome
-        _follow(task, local=local, n_threads=threads, rank=rank, world_size=world, labels=devices.label(devices.ids).split(","))
+        _follow(
+            task,
+            local=local,
+            n_threads=threads,
+            rank=rank,
+            world_size=world,
+            labels=devices.label(devices.ids).split(","),
+        )
         return None
     finally:
         dist.destroy_process_group()
 
 
-def _follow(task: TrialTask, *, local: list[str], n_threads: int, rank: int, world_size: int, labels: list[str]) -> None:
+def _follow(
+    task: TrialTask,
+    *,
+    local: list[str],
+    n_threads: int,
+    rank: int,
+    world_size: int,
+    labels: list[str],
+) -> None:
     ctx = TrialContext(
-        spec=task.spec, trial_number=task.trial_number, devices=local, n_threads=n_threads,
-        study_dir=Path(task.study_dir), checkpoint_dir=Path(task.study_dir) / "checkpoints",
-        worker="", resumed=task.resume, run=None, rank=rank, world_size=world_size,
+        spec=task.spec,
+        trial_number=task.trial_number,
+        devices=local,
+        n_threads=n_threads,
+        study_dir=Path(task.study_dir),
+        checkpoint_dir=Path(task.study_dir) / "checkpoints",
+        worker="",
+        resumed=task.resume,
+        run=None,
+        rank=rank,
+        world_size=world_size,
         device_ids=labels,
     )
     objective = _objective(task)

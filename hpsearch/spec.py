@@ -64,22 +64,22 @@ __all__ = [
     "OVERRIDE_ALIASES",
     "PRUNER_CLASSES",
     "SAMPLER_CLASSES",
+    "AdaptSpec",
     "CategoricalParam",
     "ClusterSpec",
-    "SlurmSpec",
-    "KubernetesSpec",
-    "AdaptSpec",
-    "TlsSpec",
     "Direction",
     "FloatParam",
     "IntParam",
+    "KubernetesSpec",
     "ObjectiveSpec",
     "ParamSpec",
     "Precision",
     "PrunerSpec",
     "SamplerSpec",
     "SearchSpec",
+    "SlurmSpec",
     "StudySpec",
+    "TlsSpec",
     "TrackingSpec",
     "default_direction",
     "load_user_objective",
@@ -313,9 +313,9 @@ _Int = Annotated[int, BeforeValidator(_expect_int)]
 _Float = Annotated[float, BeforeValidator(_expect_float)]
 _Bool = Annotated[bool, BeforeValidator(_expect_bool)]
 _Str = Annotated[str, BeforeValidator(_expect_str)]
-_OptStr = Annotated[Union[str, None], BeforeValidator(_optional(_expect_str))]
-_Seconds = Annotated[Union[float, None], BeforeValidator(_duration)]
-_AutoOrInt = Annotated[Union[Literal["auto"], int], BeforeValidator(_auto_or_positive_int)]
+_OptStr = Annotated[str | None, BeforeValidator(_optional(_expect_str))]
+_Seconds = Annotated[float | None, BeforeValidator(_duration)]
+_AutoOrInt = Annotated[Literal["auto"] | int, BeforeValidator(_auto_or_positive_int)]
 CategoricalChoice = Union[None, bool, int, float, str]
 
 
@@ -340,7 +340,7 @@ class FloatParam(_Spec):
     log: _Bool = Field(
         default=False, description="Sample on a log scale (needs low > 0). Default false."
     )
-    step: Annotated[Union[float, None], BeforeValidator(_optional(_expect_float))] = Field(
+    step: Annotated[float | None, BeforeValidator(_optional(_expect_float))] = Field(
         default=None,
         gt=0,
         description="Discretisation step (> 0; not with log). Default null: continuous.",
@@ -421,7 +421,7 @@ class CategoricalParam(_Spec):
     )
 
 
-ParamSpec = Annotated[Union[FloatParam, IntParam, CategoricalParam], Field(discriminator="type")]
+ParamSpec = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
 """One searched hyperparameter, told apart by its ``type`` key."""
 
 _PARAM_CLASSES: dict[str, type[_Spec]] = {
@@ -482,7 +482,7 @@ class ObjectiveSpec(_Spec):
             "'package.module:function'. Required."
         )
     )
-    dataset: Union[str, dict[str, Any]] = Field(
+    dataset: str | dict[str, Any] = Field(
         default="digits",
         description=(
             "A built-in data set name, or a mapping such as {name: digits, size: 28} or "
@@ -497,7 +497,7 @@ class ObjectiveSpec(_Spec):
         ),
     )
     direction: Annotated[
-        Union[Direction, None],
+        Direction | None,
         BeforeValidator(_optional(_choice("direction", [d.value for d in Direction]))),
     ] = Field(
         default=None,
@@ -526,7 +526,9 @@ class ObjectiveSpec(_Spec):
             "Seconds (or '90s', '30m', '2h', '1d') one trial may run. Default null: no limit."
         ),
     )
-    checkpoint_interval: Annotated[Union[float, None], BeforeValidator(_optional(_expect_float))] = Field(
+    checkpoint_interval: Annotated[
+        float | None, BeforeValidator(_optional(_expect_float))
+    ] = Field(
         default=5.0,
         ge=0.0,
         description=(
@@ -640,7 +642,7 @@ class SearchSpec(_Spec):
             "or {name: ..., <options>}. Default median."
         ),
     )
-    seed: Annotated[Union[int, None], BeforeValidator(_optional(_expect_int))] = Field(
+    seed: Annotated[int | None, BeforeValidator(_optional(_expect_int))] = Field(
         default=0, description="Sampler seed; null for a random one. Default 0."
     )
     max_concurrent: _AutoOrInt = Field(
@@ -672,36 +674,52 @@ class SlurmSpec(_Spec):
 
     queue: _Str = Field(description="The partition (#SBATCH -p). Required.")
     account: _OptStr = Field(default=None, description="The account (#SBATCH -A). Default null.")
-    walltime: _Str = Field(default="01:00:00", description="Each job's time limit (#SBATCH -t). Default 01:00:00.")
+    walltime: _Str = Field(
+        default="01:00:00", description="Each job's time limit (#SBATCH -t). Default 01:00:00."
+    )
     jobs: _Int = Field(default=1, ge=1, description="Jobs (nodes) to start. Default 1.")
-    gpus_per_node: _Int = Field(default=1, ge=0, description="GPUs of each node (--gres=gpu:N). Default 1.")
+    gpus_per_node: _Int = Field(
+        default=1, ge=0, description="GPUs of each node (--gres=gpu:N). Default 1."
+    )
     cores: _Int = Field(default=8, ge=1, description="CPU cores per job. Default 8.")
     memory: _Str = Field(default="32GB", description="Memory per job. Default 32GB.")
     job_script_prologue: list[_Str] = Field(
-        default_factory=list, description="Shell lines before the worker starts (module loads, venv). Default []."
+        default_factory=list,
+        description="Shell lines before the worker starts (module loads, venv). Default [].",
     )
     job_extra_directives: list[_Str] = Field(
-        default_factory=list, description="More #SBATCH options, e.g. ['--constraint=a100']. Default []."
+        default_factory=list,
+        description="More #SBATCH options, e.g. ['--constraint=a100']. Default [].",
     )
-    python: _OptStr = Field(default=None, description="The Python on the nodes. Default: this one's path.")
+    python: _OptStr = Field(
+        default=None, description="The Python on the nodes. Default: this one's path."
+    )
 
 
 class KubernetesSpec(_Spec):
     """Workers as pods of a Dask Kubernetes operator cluster (dask-kubernetes)."""
 
-    image: _Str = Field(description="The container image, with hpsearch and torch installed. Required.")
+    image: _Str = Field(
+        description="The container image, with hpsearch and torch installed. Required."
+    )
     namespace: _Str = Field(default="default", description="The namespace. Default 'default'.")
     workers: _Int = Field(default=1, ge=1, description="Worker pods. Default 1.")
-    gpus_per_worker: _Int = Field(default=1, ge=0, description="nvidia.com/gpu limit of each worker pod. Default 1.")
+    gpus_per_worker: _Int = Field(
+        default=1, ge=0, description="nvidia.com/gpu limit of each worker pod. Default 1."
+    )
     cpu: _Str = Field(default="4", description="CPU limit of each worker pod. Default 4.")
     memory: _Str = Field(default="16G", description="Memory limit of each worker pod. Default 16G.")
-    env: dict[str, _Str] = Field(default_factory=dict, description="Environment of the pods. Default {}.")
+    env: dict[str, _Str] = Field(
+        default_factory=dict, description="Environment of the pods. Default {}."
+    )
 
 
 class TlsSpec(_Spec):
     """Certificates for the Dask scheduler, workers and client (``distributed.Security``)."""
 
-    ca_file: _Str = Field(description="The CA certificate that signed every certificate (PEM). Required.")
+    ca_file: _Str = Field(
+        description="The CA certificate that signed every certificate (PEM). Required."
+    )
     cert: _Str = Field(description="This machine's certificate (PEM). Required.")
     key: _Str = Field(description="Its private key (PEM). Required.")
 
@@ -716,7 +734,6 @@ class AdaptSpec(_Spec):
 class ClusterSpec(_Spec):
     """Where trials run."""
 
-
     scheduler: _OptStr = Field(
         default=None,
         description="Address of an existing Dask scheduler. Default null: start a local cluster.",
@@ -725,14 +742,14 @@ class ClusterSpec(_Spec):
         default="auto",
         description="Workers to start: 'auto' (one per GPU set) or >= 1. Default auto.",
     )
-    gpus: Annotated[
-        Union[Literal["auto", "none"], list[int]], BeforeValidator(_check_gpus)
-    ] = Field(
-        default="auto",
-        description=(
-            "'auto' (all visible), 'none' (CPU only) or a list of distinct GPU indices. "
-            "Default auto."
-        ),
+    gpus: Annotated[Literal["auto", "none"] | list[int], BeforeValidator(_check_gpus)] = (
+        Field(
+            default="auto",
+            description=(
+                "'auto' (all visible), 'none' (CPU only) or a list of distinct GPU indices. "
+                "Default auto."
+            ),
+        )
     )
     slots: _AutoOrInt = Field(
         default="auto",
@@ -741,17 +758,27 @@ class ClusterSpec(_Spec):
             "takes k slots, one rank each): 'auto' (one per core) or >= 1. Default auto."
         ),
     )
-    backend: Annotated[str, BeforeValidator(_choice("backend", ["local", "slurm", "kubernetes"]))] = Field(
+    backend: Annotated[
+        str, BeforeValidator(_choice("backend", ["local", "slurm", "kubernetes"]))
+    ] = Field(
         default="local",
         description=(
             "local (worker processes on this machine, or cluster.scheduler's workers), slurm or "
             "kubernetes. Default local."
         ),
     )
-    slurm: Union[SlurmSpec, None] = Field(default=None, description="SLURM settings (backend: slurm).")
-    kubernetes: Union[KubernetesSpec, None] = Field(default=None, description="Kubernetes settings (backend: kubernetes).")
-    adapt: Union[AdaptSpec, None] = Field(default=None, description="Adaptive scaling (slurm, kubernetes). Default null: fixed size.")
-    storage_access: Annotated[str, BeforeValidator(_choice("storage_access", ["proxy", "direct"]))] = Field(
+    slurm: SlurmSpec | None = Field(
+        default=None, description="SLURM settings (backend: slurm)."
+    )
+    kubernetes: KubernetesSpec | None = Field(
+        default=None, description="Kubernetes settings (backend: kubernetes)."
+    )
+    adapt: AdaptSpec | None = Field(
+        default=None, description="Adaptive scaling (slurm, kubernetes). Default null: fixed size."
+    )
+    storage_access: Annotated[
+        str, BeforeValidator(_choice("storage_access", ["proxy", "direct"]))
+    ] = Field(
         default="proxy",
         description=(
             "How workers reach the Optuna study: proxy (through the coordinator's gRPC storage "
@@ -759,7 +786,7 @@ class ClusterSpec(_Spec):
             "opens the database URL in storage itself). Default proxy."
         ),
     )
-    tls: Union[Literal["auto"], TlsSpec, None] = Field(
+    tls: Literal["auto"] | TlsSpec | None = Field(
         default=None,
         description=(
             "TLS between the coordinator, the scheduler and the workers: null (none; the local "
@@ -776,22 +803,40 @@ def _check_backend(cluster: Any, problems: Any, storage: Any = None) -> None:
         if cluster.backend == name and getattr(cluster, name) is None:
             problems.add(f"cluster.{name}", f"required with backend: {name}")
         if cluster.backend != name and getattr(cluster, name) is not None:
-            problems.add(f"cluster.{name}", f"only used with backend: {name} (backend is {cluster.backend})")
+            problems.add(
+                f"cluster.{name}", f"only used with backend: {name} (backend is {cluster.backend})"
+            )
     if cluster.adapt is not None:
         if cluster.backend == "local":
             problems.add("cluster.adapt", "only slurm and kubernetes clusters adapt")
         elif cluster.adapt.minimum > cluster.adapt.maximum:
-            problems.add("cluster.adapt", f"minimum ({cluster.adapt.minimum}) must be <= maximum ({cluster.adapt.maximum})")
+            problems.add(
+                "cluster.adapt",
+                f"minimum ({cluster.adapt.minimum}) must be <= maximum ({cluster.adapt.maximum})",
+            )
     if cluster.tls == "auto" and (cluster.scheduler or cluster.backend != "local"):
-        problems.add("cluster.tls", "'auto' is for the local cluster only; give {ca_file, cert, key} for other machines")
+        problems.add(
+            "cluster.tls",
+            "'auto' is for the local cluster only; give {ca_file, cert, key} for other machines",
+        )
     if isinstance(cluster.tls, TlsSpec):
         for name in ("ca_file", "cert", "key"):
             if not Path(os.path.expanduser(getattr(cluster.tls, name))).is_file():
                 problems.add(f"cluster.tls.{name}", f"no such file: {getattr(cluster.tls, name)}")
-    if cluster.storage_access == "direct" and (storage is None or str(storage).startswith("journal://") or str(storage).endswith(".journal")):
-        problems.add("cluster.storage_access", "direct needs a database URL in storage (e.g. postgresql+psycopg://...); a journal file stays with the coordinator")
+    if cluster.storage_access == "direct" and (
+        storage is None
+        or str(storage).startswith("journal://")
+        or str(storage).endswith(".journal")
+    ):
+        problems.add(
+            "cluster.storage_access",
+            "direct needs a database URL in storage (e.g. postgresql+psycopg://...); a journal file stays with the coordinator",
+        )
     if cluster.backend != "local" and cluster.scheduler:
-        problems.add("cluster.scheduler", f"not used with backend: {cluster.backend} (it starts its own scheduler)")
+        problems.add(
+            "cluster.scheduler",
+            f"not used with backend: {cluster.backend} (it starts its own scheduler)",
+        )
 
 
 class TrackingSpec(_Spec):
@@ -1071,7 +1116,8 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
             name = dataset.get("name")
             problems.add(
                 "objective.dataset.name" if name is not None else "objective.dataset",
-                f"unknown dataset {name!r} {_allowed(BUILTIN_DATASETS)}" if name is not None
+                f"unknown dataset {name!r} {_allowed(BUILTIN_DATASETS)}"
+                if name is not None
                 else "a mapping needs 'name' (a built-in data set) or 'path' (your .npz or .txt file)",
             )
             return
@@ -1089,7 +1135,11 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
     try:
         info = _catalog.describe(dataset, source=source)
     except ValueError as exc:
-        field = "objective.dataset.path" if isinstance(dataset, Mapping) and "path" in dataset else "objective.dataset"
+        field = (
+            "objective.dataset.path"
+            if isinstance(dataset, Mapping) and "path" in dataset
+            else "objective.dataset"
+        )
         problems.add(field, str(exc))
         return
     why = _catalog.check_for_model(info, model)
@@ -1275,11 +1325,11 @@ class StudySpec(_Spec):
     tracking: TrackingSpec = Field(
         default_factory=TrackingSpec, description="MLflow settings. Defaults: all null."
     )
-    storage: Union[str, None] = Field(
+    storage: str | None = Field(
         default=None,
         description="Optuna storage URL. Default null: a journal file under the run folder.",
     )
-    source: Union[Path, None] = Field(
+    source: Path | None = Field(
         default=None,
         exclude=True,
         description="The file the spec was read from; not part of to_dict().",

@@ -35,7 +35,9 @@ def expand_env(url: str, *, field: str) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in os.environ:
-            raise SpecError(f"{field}: the environment variable {name} is not set (the URL uses ${{{name}}})")
+            raise SpecError(
+                f"{field}: the environment variable {name} is not set (the URL uses ${{{name}}})"
+            )
         return os.environ[name]
 
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value, url)
@@ -92,7 +94,9 @@ class StorageProxy:
         >>> proxy.stop()
     """
 
-    def __init__(self, storage: BaseStorage, *, host: str = "127.0.0.1", n_threads: int = 16) -> None:
+    def __init__(
+        self, storage: BaseStorage, *, host: str = "127.0.0.1", n_threads: int = 16
+    ) -> None:
         self.storage = storage
         self.host = host
         self.n_threads = n_threads
@@ -106,8 +110,12 @@ class StorageProxy:
         from optuna.storages._grpc.auto_generated import api_pb2_grpc
         from optuna.storages._grpc.servicer import OptunaStorageProxyService
 
-        server = grpc.server(ThreadPoolExecutor(max_workers=self.n_threads, thread_name_prefix="hpsearch-grpc"))
-        api_pb2_grpc.add_StorageServiceServicer_to_server(OptunaStorageProxyService(self.storage), server)
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self.n_threads, thread_name_prefix="hpsearch-grpc")
+        )
+        api_pb2_grpc.add_StorageServiceServicer_to_server(
+            OptunaStorageProxyService(self.storage), server
+        )
         port = server.add_insecure_port(f"{self.host}:0")
         server.start()
         self._server = server

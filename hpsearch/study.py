@@ -14,9 +14,10 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.layout import RunLayout
 from hpsearch.spec import StudySpec
@@ -121,10 +122,14 @@ class Study:
         folder = Path(folder)
         spec_file = folder / "study.yaml"
         if not spec_file.is_file():
-            raise SpecError(f"{folder}: not a study's run folder (it has no study.yaml; run the study first)")
+            raise SpecError(
+                f"{folder}: not a study's run folder (it has no study.yaml; run the study first)"
+            )
         spec = StudySpec.from_yaml(spec_file)
         if spec.name != folder.name:
-            raise SpecError(f"{spec_file}: name: the study is {spec.name!r} but its folder is {folder.name!r}")
+            raise SpecError(
+                f"{spec_file}: name: the study is {spec.name!r} but its folder is {folder.name!r}"
+            )
         return cls(spec, run_dir=folder.parent, client=client)
 
     # ------------------------------------------------------------------ reading it back
@@ -182,12 +187,18 @@ class Study:
         from hpsearch.analysis import write_report
         from hpsearch.tracking import get_client
 
-        files = write_report(self.optuna_study(), self.layout.study_dir / "report", metric=self.spec.metric)
+        files = write_report(
+            self.optuna_study(), self.layout.study_dir / "report", metric=self.spec.metric
+        )
         client = get_client(self.mlflow_uri)
         exp = client.get_experiment_by_name(self.experiment)
-        parents = [] if exp is None else client.search_runs(
-            [exp.experiment_id],
-            filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' and tags.`hpsearch.role` = 'study'",
+        parents = (
+            []
+            if exp is None
+            else client.search_runs(
+                [exp.experiment_id],
+                filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' and tags.`hpsearch.role` = 'study'",
+            )
         )
         for run in parents[:1]:
             for path in files:
@@ -201,7 +212,11 @@ class Study:
         """The Optuna storage, with ``${VAR}`` taken from the environment (never logged as is)."""
         from hpsearch.storage import expand_env
 
-        return expand_env(self.spec.storage, field=self._field("storage")) if self.spec.storage else self.layout.default_storage_url
+        return (
+            expand_env(self.spec.storage, field=self._field("storage"))
+            if self.spec.storage
+            else self.layout.default_storage_url
+        )
 
     def _field(self, name: str) -> str:
         """A field as errors name it: with the study file in front when there is one."""
@@ -212,7 +227,9 @@ class Study:
         from hpsearch.storage import expand_env
 
         if self.spec.tracking.mlflow_uri:
-            return expand_env(self.spec.tracking.mlflow_uri, field=self._field("tracking.mlflow_uri"))
+            return expand_env(
+                self.spec.tracking.mlflow_uri, field=self._field("tracking.mlflow_uri")
+            )
         return os.environ.get("MLFLOW_TRACKING_URI") or self.layout.default_mlflow_uri
 
     @property
@@ -261,7 +278,8 @@ class Study:
             have = ", ".join(map(str, found)) or "none"
             raise GpuAllocationError(
                 f"{where}cluster.gpus: GPU {', '.join(map(str, missing))} not found (visible GPUs: {have})",
-                needed=len(wanted), found=len(found),
+                needed=len(wanted),
+                found=len(found),
             )
         return list(wanted)
 
@@ -327,7 +345,11 @@ class Study:
         if cfg.backend in ("slurm", "kubernetes"):
             from hpsearch.cluster._batch import start_kubernetes_cluster, start_slurm_cluster
 
-            batch = start_slurm_cluster(self.spec) if cfg.backend == "slurm" else start_kubernetes_cluster(self.spec)
+            batch = (
+                start_slurm_cluster(self.spec)
+                if cfg.backend == "slurm"
+                else start_kubernetes_cluster(self.spec)
+            )
             client = Client(batch)
             try:
                 wanted = (cfg.adapt.minimum if cfg.adapt else 1) or 1
@@ -358,7 +380,9 @@ class Study:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=20)
 
-    def run(self, *, on_progress: Callable[[Progress], None] | None = None, progress: bool = True) -> StudyResult:
+    def run(
+        self, *, on_progress: Callable[[Progress], None] | None = None, progress: bool = True
+    ) -> StudyResult:
         """Run the study until ``search.n_trials`` trials have ended (resuming it if it exists).
 
         Shows its progress (a bar in Jupyter, a live display in a terminal) unless
@@ -380,7 +404,13 @@ class Study:
         from hpsearch.runner import flush_tracking, spool_tracking
         from hpsearch.sampling import build_sampler
         from hpsearch.storage import StorageProxy, open_storage
-        from hpsearch.tracking import ServerWatch, StudyTracker, check_reachable, flush_timeout, replay_backlog
+        from hpsearch.tracking import (
+            ServerWatch,
+            StudyTracker,
+            check_reachable,
+            flush_timeout,
+            replay_backlog,
+        )
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
@@ -409,15 +439,23 @@ class Study:
                 self.layout.spec_file.write_text(spec.to_yaml())
                 storage = open_storage(self.storage_url)
                 study = optuna.create_study(
-                    study_name=spec.name, storage=storage, load_if_exists=True,
-                    sampler=build_sampler(spec), pruner=build_pruner(spec),
+                    study_name=spec.name,
+                    storage=storage,
+                    load_if_exists=True,
+                    sampler=build_sampler(spec),
+                    pruner=build_pruner(spec),
                     direction=spec.direction.value,
                 )
                 study.set_user_attr("hpsearch.spec_hash", spec.spec_hash)
                 tracker = StudyTracker(
-                    self.mlflow_uri, self.experiment, spec.name, metric=spec.metric,
+                    self.mlflow_uri,
+                    self.experiment,
+                    spec.name,
+                    metric=spec.metric,
                     artifact_root=(
-                        self.layout.mlflow_artifacts if self.mlflow_uri.startswith("sqlite:") else None
+                        self.layout.mlflow_artifacts
+                        if self.mlflow_uri.startswith("sqlite:")
+                        else None
                     ),
                 )
                 target = tracker.open(
@@ -432,25 +470,39 @@ class Study:
                 )
                 written, _ = replay_backlog(self.layout.tracking_backlog)
                 if written:
-                    log.warning("wrote %d trial runs' MLflow records kept from an earlier run", written)
+                    log.warning(
+                        "wrote %d trial runs' MLflow records kept from an earlier run", written
+                    )
                 proxy = StorageProxy(storage, host=self._proxy_host(remote)).start()
                 coordinator = Coordinator(
-                    spec, study, client=client, capacity=cap, proxy=proxy.address,
-                    tracking=target, study_dir=str(self.layout.study_dir),
-                    search_paths=self.search_paths, on_progress=on_progress,
+                    spec,
+                    study,
+                    client=client,
+                    capacity=cap,
+                    proxy=proxy.address,
+                    tracking=target,
+                    study_dir=str(self.layout.study_dir),
+                    search_paths=self.search_paths,
+                    on_progress=on_progress,
                     objective=self.objective,
-                    storage_url=self.storage_url if spec.cluster.storage_access == "direct" else None,
+                    storage_url=self.storage_url
+                    if spec.cluster.storage_access == "direct"
+                    else None,
                 )
                 with ServerWatch(self.mlflow_uri):
                     progress = coordinator.run()
                 status = "FINISHED"
                 # Every worker's MLflow writes are in, or else saved for the next run.
                 if sum(client.run(flush_tracking, flush_timeout()).values()):
-                    saved = sum(client.run(spool_tracking, str(self.layout.tracking_backlog)).values())
+                    saved = sum(
+                        client.run(spool_tracking, str(self.layout.tracking_backlog)).values()
+                    )
                     if saved:
                         log.warning(
                             "MLflow: %d trial runs could not be written (the tracking store does not answer); "
-                            "kept in %s and written on the next run of this study", saved, self.layout.tracking_backlog,
+                            "kept in %s and written on the next run of this study",
+                            saved,
+                            self.layout.tracking_backlog,
                         )
                 progress.tracked = time.monotonic()
         finally:
@@ -466,9 +518,16 @@ class Study:
                 except Exception as exc:  # the store is down: the next run of the study does it
                     log.warning(
                         "MLflow: could not record the study's end (%s: %s); the next run of this "
-                        "study reconciles its runs", type(exc).__name__, exc,
+                        "study reconciles its runs",
+                        type(exc).__name__,
+                        exc,
                     )
         return StudyResult(
-            spec.name, progress, best, redact(self.storage_url), self.mlflow_uri,
-            self.experiment, target.parent_run_id,
+            spec.name,
+            progress,
+            best,
+            redact(self.storage_url),
+            self.mlflow_uri,
+            self.experiment,
+            target.parent_run_id,
         )

@@ -28,9 +28,10 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.exceptions import TrackingError
 
@@ -52,10 +53,14 @@ _MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
 #: Seconds a running trial's metrics wait to be batched with the next ones (fast epochs
 #: then cost one write a second, not one each); the final batch of a trial never waits.
 BATCH_INTERVAL = 1.0
+
+
 def flush_timeout() -> float:
     """Seconds the end of a study waits for the workers' MLflow writes before it saves the
     rest to disk: 120, or ``HPSEARCH_TRACKING_FLUSH_S``."""
     return float(os.environ.get("HPSEARCH_TRACKING_FLUSH_S", "120"))
+
+
 _PARAM_VALUE_LIMIT = 6000
 
 
@@ -101,9 +106,11 @@ def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
     url = uri.rstrip("/") + "/health"
     shown = redact(uri)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (user-given URI)
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             if resp.status != 200:
-                raise TrackingError(f"MLflow tracking server {shown} answered {resp.status} on /health")
+                raise TrackingError(
+                    f"MLflow tracking server {shown} answered {resp.status} on /health"
+                )
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(f"MLflow tracking server {shown} is unreachable: {reason}") from None
@@ -135,7 +142,9 @@ class ServerWatch:
 
     def __enter__(self) -> ServerWatch:
         if self.uri.startswith(("http://", "https://")):
-            self._thread = threading.Thread(target=self._loop, name="hpsearch-mlflow-watch", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="hpsearch-mlflow-watch", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -152,8 +161,11 @@ class ServerWatch:
                     log.warning("%s; trials go on, their MLflow writes are kept and retried", exc)
                 continue
             if self.down_since is not None:
-                log.warning("MLflow tracking server %s answers again after %.0f s; the kept writes are being made",
-                            self.uri, time.monotonic() - self.down_since)
+                log.warning(
+                    "MLflow tracking server %s answers again after %.0f s; the kept writes are being made",
+                    self.uri,
+                    time.monotonic() - self.down_since,
+                )
                 self.down_since = None
 
 
@@ -177,7 +189,9 @@ class _Writer:
         with self._cond:
             self._ops.append(op)
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="hpsearch-mlflow", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, name="hpsearch-mlflow", daemon=True
+                )
                 self._thread.start()
             self._cond.notify_all()
 
@@ -305,16 +319,22 @@ class TrialRun:
                 run = found[self.trial_number]
                 self.run_id = run.info.run_id
                 if not self._closed:
-                    client.update_run(self.run_id, status="RUNNING", name=run_name(self.trial_number))
+                    client.update_run(
+                        self.run_id, status="RUNNING", name=run_name(self.trial_number)
+                    )
         if self.run_id is None:
             run = client.create_run(
-                self.target.experiment_id, tags=self._start_tags, run_name=run_name(self.trial_number)
+                self.target.experiment_id,
+                tags=self._start_tags,
+                run_name=run_name(self.trial_number),
             )
             self.run_id = run.info.run_id
         else:
             # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
             for key in client.get_run(self.run_id).data.metrics:
-                self._held.update((key, m.step) for m in client.get_metric_history(self.run_id, key))
+                self._held.update(
+                    (key, m.step) for m in client.get_metric_history(self.run_id, key)
+                )
             self._set_tags_now(client, self._start_tags)
 
     def _set_tags_now(self, client: MlflowClient, tags: Mapping[str, str]) -> None:
@@ -385,7 +405,11 @@ class TrialRun:
             with self._lock:
                 self._artifacts.pop(0)
         with self._lock:
-            final = self._final if not (self._metrics or self._params or self._tags or self._artifacts) else None
+            final = (
+                self._final
+                if not (self._metrics or self._params or self._tags or self._artifacts)
+                else None
+            )
         if final is not None and not self._closed:
             client.set_terminated(self.run_id, RUN_STATUS[final])
             self._closed = True
@@ -431,7 +455,9 @@ class TrialRun:
         # The run name travels as the mlflow.runName tag in the last batch.
         self._finishing.set()
         with self._lock:
-            self._tags.update({"hpsearch.state": state, "mlflow.runName": run_name(self.trial_number, state)})
+            self._tags.update(
+                {"hpsearch.state": state, "mlflow.runName": run_name(self.trial_number, state)}
+            )
             self._final = state
             self._schedule()
 
@@ -440,8 +466,13 @@ class TrialRun:
     def pending(self) -> bool:
         with self._lock:
             return not self._closed and bool(
-                self._metrics or self._params or self._tags or self._artifacts or self._final
-                or self.run_id is None or any(self._inflight)
+                self._metrics
+                or self._params
+                or self._tags
+                or self._artifacts
+                or self._final
+                or self.run_id is None
+                or any(self._inflight)
             )
 
     def to_record(self) -> dict[str, Any]:
@@ -455,7 +486,10 @@ class TrialRun:
             for kind, payload, file in self._artifacts:
                 if kind == "image":
                     array = np.ascontiguousarray(payload, dtype=np.uint8)
-                    payload = {"shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
+                    payload = {
+                        "shape": list(array.shape),
+                        "data": base64.b64encode(array.tobytes()).decode(),
+                    }
                 artifacts.append([kind, payload, file])
             sending_metrics, sending_params, sending_tags = self._inflight
             return {
@@ -463,7 +497,10 @@ class TrialRun:
                 "trial_number": self.trial_number,
                 "run_id": self.run_id,
                 "start_tags": self._start_tags,
-                "metrics": [[m.key, m.value, m.timestamp, m.step] for m in [*sending_metrics, *self._metrics]],
+                "metrics": [
+                    [m.key, m.value, m.timestamp, m.step]
+                    for m in [*sending_metrics, *self._metrics]
+                ],
                 "params": {**sending_params, **self._params},
                 "tags": {**sending_tags, **self._tags},
                 "artifacts": artifacts,
@@ -477,15 +514,25 @@ class TrialRun:
         import numpy as np
         from mlflow.entities import Metric
 
-        run = cls(TrackingTarget(**record["target"]), int(record["trial_number"]), tags={}, resume=True, _submit=False)
+        run = cls(
+            TrackingTarget(**record["target"]),
+            int(record["trial_number"]),
+            tags={},
+            resume=True,
+            _submit=False,
+        )
         run.run_id = record.get("run_id")
         run._start_tags = dict(record["start_tags"])
-        run._metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in record["metrics"]]
+        run._metrics = [
+            Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in record["metrics"]
+        ]
         run._params = dict(record["params"])
         run._tags = dict(record["tags"])
         for kind, payload, file in record["artifacts"]:
             if kind == "image":
-                payload = np.frombuffer(base64.b64decode(payload["data"]), dtype=np.uint8).reshape(payload["shape"])
+                payload = np.frombuffer(base64.b64decode(payload["data"]), dtype=np.uint8).reshape(
+                    payload["shape"]
+                )
             run._artifacts.append((kind, payload, file))
         run._final = record.get("final")
         run._finishing.set()
@@ -569,7 +616,10 @@ def runs_by_trial(client: MlflowClient, experiment_id: str, filter_string: str) 
     token = None
     while True:
         page = client.search_runs(
-            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token,
+            [experiment_id],
+            filter_string=filter_string,
+            max_results=1000,
+            page_token=token,
             order_by=["attributes.start_time ASC"],
         )
         for run in page:
@@ -627,7 +677,9 @@ class StudyTracker:
             if self.artifact_root is not None:
                 location = (self.artifact_root / self.experiment).as_uri()
             experiment_id = client.create_experiment(
-                self.experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                self.experiment,
+                artifact_location=location,
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
             )
         else:
             if exp.lifecycle_stage == "deleted":
@@ -657,7 +709,9 @@ class StudyTracker:
             client.update_run(run_id, status="RUNNING")
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in all_tags.items()])
         else:
-            run_id = client.create_run(experiment_id, tags=all_tags, run_name=self.study_name).info.run_id
+            run_id = client.create_run(
+                experiment_id, tags=all_tags, run_name=self.study_name
+            ).info.run_id
         client.log_text(run_id, spec_yaml, "study.yaml")
         self.target = TrackingTarget(self.uri, experiment_id, run_id, self.study_name)
         return self.target
@@ -719,7 +773,9 @@ class StudyTracker:
         ``best_trial/``; return the artifact paths."""
         import tempfile
 
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar in the CLI's output
+        os.environ.setdefault(
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
+        )  # no bar in the CLI's output
         assert self.target is not None
         client = self.client
         run = find_trial_runs(client, self.target, trial_numbers=[trial_number]).get(trial_number)
@@ -730,7 +786,9 @@ class StudyTracker:
             for item in client.list_artifacts(run.info.run_id):
                 if not item.is_dir and item.path.endswith(".png"):
                     local = client.download_artifacts(run.info.run_id, item.path, tmp)
-                    client.log_artifact(self.target.parent_run_id, local, artifact_path="best_trial")
+                    client.log_artifact(
+                        self.target.parent_run_id, local, artifact_path="best_trial"
+                    )
                     copied.append(f"best_trial/{Path(item.path).name}")
         return copied
 

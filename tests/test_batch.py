@@ -24,25 +24,52 @@ SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
 
 
 def _spec(cluster: dict, gpus_per_trial: int = 2) -> StudySpec:
-    return StudySpec.from_dict({
-        "name": "big_run", "objective": {"model": "cnn", "gpus_per_trial": gpus_per_trial}, "space": SPACE,
-        "cluster": cluster,
-    })
+    return StudySpec.from_dict(
+        {
+            "name": "big_run",
+            "objective": {"model": "cnn", "gpus_per_trial": gpus_per_trial},
+            "space": SPACE,
+            "cluster": cluster,
+        }
+    )
 
 
 @pytest.mark.parametrize(
     ("slurm", "expected"),
     [
         (
-            {"queue": "gpu", "account": "ml-team", "walltime": "12:00:00", "gpus_per_node": 4, "cores": 32,
-             "memory": "128GB", "job_script_prologue": ["module load cuda/12.4", "source ~/venvs/hps/bin/activate"],
-             "job_extra_directives": ["--constraint=a100"], "python": "python3"},
-            ["#SBATCH -J hpsearch-big_run", "#SBATCH -p gpu", "#SBATCH -A ml-team", "#SBATCH -n 1",
-             "#SBATCH --cpus-per-task=32", "#SBATCH -t 12:00:00", "#SBATCH --gres=gpu:4",
-             "#SBATCH --constraint=a100", "module load cuda/12.4", "source ~/venvs/hps/bin/activate"],
+            {
+                "queue": "gpu",
+                "account": "ml-team",
+                "walltime": "12:00:00",
+                "gpus_per_node": 4,
+                "cores": 32,
+                "memory": "128GB",
+                "job_script_prologue": ["module load cuda/12.4", "source ~/venvs/hps/bin/activate"],
+                "job_extra_directives": ["--constraint=a100"],
+                "python": "python3",
+            },
+            [
+                "#SBATCH -J hpsearch-big_run",
+                "#SBATCH -p gpu",
+                "#SBATCH -A ml-team",
+                "#SBATCH -n 1",
+                "#SBATCH --cpus-per-task=32",
+                "#SBATCH -t 12:00:00",
+                "#SBATCH --gres=gpu:4",
+                "#SBATCH --constraint=a100",
+                "module load cuda/12.4",
+                "source ~/venvs/hps/bin/activate",
+            ],
         ),
         (
-            {"queue": "cpu", "gpus_per_node": 0, "cores": 4, "memory": "8GB", "python": "/opt/py/bin/python"},
+            {
+                "queue": "cpu",
+                "gpus_per_node": 0,
+                "cores": 4,
+                "memory": "8GB",
+                "python": "/opt/py/bin/python",
+            },
             ["#SBATCH -p cpu", "#SBATCH --cpus-per-task=4", "#SBATCH -t 01:00:00"],
         ),
     ],
@@ -58,7 +85,12 @@ def test_slurm_job_script(slurm, expected):
     if not slurm["gpus_per_node"]:
         assert not [line for line in lines if "--gres" in line], "no GPU request for CPU nodes"
     worker = lines[-1].split()
-    assert worker[:4] == [slurm["python"], "-m", "hpsearch.cluster.jobqueue_worker", "tcp://login01:8786"]
+    assert worker[:4] == [
+        slurm["python"],
+        "-m",
+        "hpsearch.cluster.jobqueue_worker",
+        "tcp://login01:8786",
+    ]
     args = parse(worker[3:])
     assert args.scheduler == "tcp://login01:8786" and args.gpus_per_trial == 2
     assert args.gpus == ("auto" if slurm["gpus_per_node"] else "none")
@@ -66,12 +98,26 @@ def test_slurm_job_script(slurm, expected):
 
 
 def test_kubernetes_manifest():
-    spec = _spec({"backend": "kubernetes", "kubernetes": {
-        "image": "registry.example/hpsearch:0.1", "namespace": "ml", "workers": 3, "gpus_per_worker": 2,
-        "cpu": "8", "memory": "32G", "env": {"MLFLOW_TRACKING_URI": "http://mlflow:5000"}}})
+    spec = _spec(
+        {
+            "backend": "kubernetes",
+            "kubernetes": {
+                "image": "registry.example/hpsearch:0.1",
+                "namespace": "ml",
+                "workers": 3,
+                "gpus_per_worker": 2,
+                "cpu": "8",
+                "memory": "32G",
+                "env": {"MLFLOW_TRACKING_URI": "http://mlflow:5000"},
+            },
+        }
+    )
     manifest = kubernetes_manifest(spec)
     text = yaml.safe_dump(manifest)
-    assert manifest["kind"] == "DaskCluster" and manifest["metadata"] == {"name": "hpsearch-big-run", "namespace": "ml"}
+    assert manifest["kind"] == "DaskCluster" and manifest["metadata"] == {
+        "name": "hpsearch-big-run",
+        "namespace": "ml",
+    }
     worker_spec = manifest["spec"]["worker"]
     assert worker_spec["replicas"] == 3
     (worker,) = worker_spec["spec"]["containers"]
@@ -87,7 +133,19 @@ def test_kubernetes_manifest():
 
 def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(monkeypatch):
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://hpsearch-big-run-scheduler:8786")
-    args = parse(["--name", "w-1", "--dashboard", "--dashboard-address", "8788", "--gpus", "auto", "--gpus-per-trial", "2"])
+    args = parse(
+        [
+            "--name",
+            "w-1",
+            "--dashboard",
+            "--dashboard-address",
+            "8788",
+            "--gpus",
+            "auto",
+            "--gpus-per-trial",
+            "2",
+        ]
+    )
     assert args.scheduler == "tcp://hpsearch-big-run-scheduler:8786" and args.name == "w-1"
 
 
@@ -98,11 +156,27 @@ def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(mo
         ({"backend": "kubernetes", "kubernetes": {}}, "cluster.kubernetes.image", ["required"]),
         ({"backend": "lsf"}, "cluster.backend", ["local, slurm, kubernetes"]),
         ({"adapt": {"maximum": 4}}, "cluster.adapt", ["only slurm and kubernetes"]),
-        ({"backend": "slurm", "slurm": {"queue": "q"}, "adapt": {"minimum": 5, "maximum": 2}}, "cluster.adapt", ["minimum (5) must be <= maximum (2)"]),
-        ({"backend": "slurm", "slurm": {"queue": "q"}, "scheduler": "tcp://x:1"}, "cluster.scheduler", ["not used with backend: slurm"]),
-        ({"storage_access": "direct"}, "cluster.storage_access", ["needs a database URL in storage"]),
+        (
+            {"backend": "slurm", "slurm": {"queue": "q"}, "adapt": {"minimum": 5, "maximum": 2}},
+            "cluster.adapt",
+            ["minimum (5) must be <= maximum (2)"],
+        ),
+        (
+            {"backend": "slurm", "slurm": {"queue": "q"}, "scheduler": "tcp://x:1"},
+            "cluster.scheduler",
+            ["not used with backend: slurm"],
+        ),
+        (
+            {"storage_access": "direct"},
+            "cluster.storage_access",
+            ["needs a database URL in storage"],
+        ),
         ({"tls": "auto", "scheduler": "tcp://x:1"}, "cluster.tls", ["local cluster only"]),
-        ({"tls": {"ca_file": "/nowhere/ca.pem", "cert": __file__, "key": __file__}}, "cluster.tls.ca_file", ["no such file: /nowhere/ca.pem"]),
+        (
+            {"tls": {"ca_file": "/nowhere/ca.pem", "cert": __file__, "key": __file__}},
+            "cluster.tls.ca_file",
+            ["no such file: /nowhere/ca.pem"],
+        ),
     ],
 )
 def test_bad_batch_settings_are_one_line(cluster, field, words):
@@ -115,12 +189,24 @@ def test_bad_batch_settings_are_one_line(cluster, field, words):
 
 def test_cli_dry_run_prints_without_submitting(tmp_path):
     study = tmp_path / "slurm.yaml"
-    study.write_text(yaml.safe_dump({
-        "name": "on-slurm", "objective": {"model": "cnn", "gpus_per_trial": 2}, "space": SPACE,
-        "cluster": {"backend": "slurm", "slurm": {"queue": "gpu", "gpus_per_node": 8}},
-        "tracking": {"mlflow_uri": "http://mlflow.internal:5000"},
-    }))
-    out = subprocess.run([sys.executable, "-m", "hpsearch.cli", "run", str(study), "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "on-slurm",
+                "objective": {"model": "cnn", "gpus_per_trial": 2},
+                "space": SPACE,
+                "cluster": {"backend": "slurm", "slurm": {"queue": "gpu", "gpus_per_node": 8}},
+                "tracking": {"mlflow_uri": "http://mlflow.internal:5000"},
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "hpsearch.cli", "run", str(study), "--dry-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "#SBATCH --gres=gpu:8" in out.stdout and "hpsearch.cluster.jobqueue_worker" in out.stdout
     assert not (tmp_path / "runs").exists(), "a dry run creates nothing"
@@ -136,28 +222,74 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
     port = _port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    worker = [sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1"]
-    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
+    worker = [
+        sys.executable,
+        "-m",
+        "hpsearch.cli",
+        "worker",
+        address,
+        "--gpus",
+        "none",
+        "--slots",
+        "1",
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                f"{BIN}/dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            env=env,
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
-        procs.append(subprocess.Popen([*worker, "--name", "first"], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [*worker, "--name", "first"],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _wait_workers(address, 1)
         spec = user_spec("elastic", "hpsearch.testing.objectives:steady", n_trials=8)
         spec["cluster"] = {"scheduler": address}
         study = Study(spec, run_dir=run_dir)
         box: dict = {}
-        thread = threading.Thread(target=lambda: box.update(result=study.run(progress=False)), daemon=True)
+        thread = threading.Thread(
+            target=lambda: box.update(result=study.run(progress=False)), daemon=True
+        )
         thread.start()
 
         def ended() -> int:
             try:
-                return sum(t.state.is_finished() for t in study.optuna_study().get_trials(deepcopy=False))
+                return sum(
+                    t.state.is_finished() for t in study.optuna_study().get_trials(deepcopy=False)
+                )
             except KeyError:
                 return 0
 
         deadline = time.monotonic() + 120
         while ended() < 1 and time.monotonic() < deadline:
             time.sleep(0.3)
-        procs.append(subprocess.Popen([*worker, "--name", "second"], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [*worker, "--name", "second"],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         deadline = time.monotonic() + 120
         while ended() < 4 and time.monotonic() < deadline:
             time.sleep(0.3)
@@ -165,10 +297,16 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
         thread.join(timeout=300)
         assert "result" in box, "the study goes on as workers come and go"
         trials = study.optuna_study().get_trials()
-        assert len(trials) == 8 and all(t.state.name == "COMPLETE" for t in trials), [(t.number, t.state, t.user_attrs) for t in trials]
+        assert len(trials) == 8 and all(t.state.name == "COMPLETE" for t in trials), [
+            (t.number, t.state, t.user_attrs) for t in trials
+        ]
         names = {t.user_attrs["hpsearch.worker"] for t in trials}
         with Client(address, timeout=30) as client:
-            second = {a for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if w["name"].startswith("second")}
+            second = {
+                a
+                for a, w in client.scheduler_info(n_workers=-1)["workers"].items()
+                if w["name"].startswith("second")
+            }
         assert second & names, "the worker that joined late ran trials"
         assert len(names) >= 2
     finally:

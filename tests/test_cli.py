@@ -25,14 +25,38 @@ cluster: {n_workers: 2}
 """
 
 BAD = {
-    "unknown-key": ("name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nserch: {}\n", ["serch", "did you mean 'search'"]),
-    "low-high": ("name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 0.01}}\n", ["space.lr", "low"]),
-    "log-zero": ("name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.0, high: 0.1, log: true}}\n", ["space.lr", "log"]),
-    "empty-choices": ("name: a\nobjective: {model: cnn}\nspace: {opt: {type: categorical, choices: []}}\n", ["space.opt", "choices"]),
-    "pruner": ("name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nsearch: {pruner: hyperbnd}\n", ["search.pruner", "hyperband"]),
-    "precision": ("name: a\nobjective: {model: cnn, precision: fp8}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n", ["objective.precision", "bf16"]),
-    "type": ("name: a\nobjective: {model: cnn, epochs: many}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n", ["objective.epochs", "many"]),
-    "import": ("name: a\nobjective: {model: 'no_such_module:objective'}\n", ["objective.model", "no_such_module"]),
+    "unknown-key": (
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nserch: {}\n",
+        ["serch", "did you mean 'search'"],
+    ),
+    "low-high": (
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 0.01}}\n",
+        ["space.lr", "low"],
+    ),
+    "log-zero": (
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.0, high: 0.1, log: true}}\n",
+        ["space.lr", "log"],
+    ),
+    "empty-choices": (
+        "name: a\nobjective: {model: cnn}\nspace: {opt: {type: categorical, choices: []}}\n",
+        ["space.opt", "choices"],
+    ),
+    "pruner": (
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nsearch: {pruner: hyperbnd}\n",
+        ["search.pruner", "hyperband"],
+    ),
+    "precision": (
+        "name: a\nobjective: {model: cnn, precision: fp8}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n",
+        ["objective.precision", "bf16"],
+    ),
+    "type": (
+        "name: a\nobjective: {model: cnn, epochs: many}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n",
+        ["objective.epochs", "many"],
+    ),
+    "import": (
+        "name: a\nobjective: {model: 'no_such_module:objective'}\n",
+        ["objective.model", "no_such_module"],
+    ),
     "yaml": ("name: a\nobjective: {model: cnn\n  space: [\n", [":", "YAML"]),
 }
 
@@ -79,8 +103,13 @@ def _hpsearch(*args: str, cwd: Path, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "hpsearch.cli", *args], cwd=cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw,
+        [sys.executable, "-m", "hpsearch.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
     )
 
 
@@ -99,7 +128,12 @@ def test_run_command_end_to_end(tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(str(tmp_path / "runs" / "tiny" / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="tiny",
+        storage=JournalStorage(
+            JournalFileBackend(str(tmp_path / "runs" / "tiny" / "optuna.journal"))
+        ),
+    )
     assert len(study.trials) == 3
 
 
@@ -120,7 +154,9 @@ def test_ctrl_c_stops_cleanly(tmp_path):
         children |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         if journal.exists():
             try:
-                study = optuna.load_study(study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal))))
+                study = optuna.load_study(
+                    study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal)))
+                )
             except KeyError:  # the journal is there, the study not yet
                 pass
             else:
@@ -136,8 +172,14 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     assert "Traceback" not in out
     assert "interrupted" in out
     time.sleep(1.0)
-    assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    study = optuna.load_study(study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal))))
+    assert not [
+        pid
+        for pid in children
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    study = optuna.load_study(
+        study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal)))
+    )
     assert study.trials and all(t.state.is_finished() for t in study.trials)
     assert all(t.user_attrs.get("hpsearch.fail_reason") == "interrupted" for t in study.trials)
     from mlflow import MlflowClient
@@ -155,5 +197,7 @@ def test_an_unreachable_tracking_server_is_one_line_at_start(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2, out
     lines = [line for line in out.splitlines() if line.strip()]
-    assert lines == ["error: MLflow tracking server http://127.0.0.1:9 is unreachable: [Errno 111] Connection refused"], out
+    assert lines == [
+        "error: MLflow tracking server http://127.0.0.1:9 is unreachable: [Errno 111] Connection refused"
+    ], out
     assert not (tmp_path / "runs").exists(), "nothing half-written"

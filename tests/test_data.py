@@ -16,7 +16,11 @@ SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
 
 
 def spec_with(dataset, model="cnn", source=None, **objective):
-    data = {"name": "d", "objective": {"model": model, "dataset": dataset, **objective}, "space": SPACE}
+    data = {
+        "name": "d",
+        "objective": {"model": model, "dataset": dataset, **objective},
+        "space": SPACE,
+    }
     return StudySpec.from_dict(data, source=source)
 
 
@@ -45,7 +49,9 @@ def test_builtin_data_sets_describe_themselves():
 
 
 def test_the_split_is_fixed_by_the_seed():
-    a, b, c = (load_dataset({"name": "digits", "size": 8, "val_fraction": 0.25}, seed=s) for s in (3, 3, 4))
+    a, b, c = (
+        load_dataset({"name": "digits", "size": 8, "val_fraction": 0.25}, seed=s) for s in (3, 3, 4)
+    )
     assert torch.equal(a.x_val, b.x_val) and not torch.equal(a.x_val, c.x_val)
     assert a.n_val == round(1797 * 0.25)
 
@@ -86,7 +92,9 @@ def test_npz_file_next_to_the_study_file(tmp_path, monkeypatch):
     spec = spec_with({"path": "pairs.npz"}, model="rnn", source=study)
     data = load_dataset(spec.objective.dataset, seed=0, source=spec.source)
     assert data.info["kind"] == "sequence" and data.info["n_classes"] == 2
-    assert data.n_train == 300 and data.n_val == len(data.y_val) > 0, "x_val and y_val are used as given"
+    assert data.n_train == 300 and data.n_val == len(data.y_val) > 0, (
+        "x_val and y_val are used as given"
+    )
 
 
 def test_rnn_learns_a_two_class_npz_with_a_sigmoid(tmp_path):
@@ -97,7 +105,9 @@ def test_rnn_learns_a_two_class_npz_with_a_sigmoid(tmp_path):
     data = load_dataset({"path": str(path)}, seed=0)
     family = get_family("rnn")
     model = family.build({}, data)
-    trainer = make_trainer(family, model, {"lr": 1e-2}, data, device=torch.device("cpu"), precision="fp32", seed=0)
+    trainer = make_trainer(
+        family, model, {"lr": 1e-2}, data, device=torch.device("cpu"), precision="fp32", seed=0
+    )
     for epoch in (1, 2, 3):
         trainer.train_epoch(data, epoch)
     assert trainer.evaluate(data)["val_accuracy"] > 0.95
@@ -115,7 +125,8 @@ def test_text_corpus_file_for_a_language_model(tmp_path):
 
 
 def test_function_returning_torch_data_sets(tmp_path, monkeypatch):
-    (tmp_path / "my_data.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_data.py").write_text(
+        textwrap.dedent("""
         import torch
         from torch.utils.data import TensorDataset
 
@@ -124,7 +135,8 @@ def test_function_returning_torch_data_sets(tmp_path, monkeypatch):
             x = torch.randn(200, 1, 6, 6, generator=g)
             y = (x.mean(dim=(1, 2, 3)) > 0).long()
             return TensorDataset(x[:150], y[:150]), TensorDataset(x[150:], y[150:])
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = spec_with("my_data:pairs")
     data = load_dataset(spec.objective.dataset, seed=0)
@@ -136,18 +148,41 @@ def test_function_returning_torch_data_sets(tmp_path, monkeypatch):
     ("make", "field", "words"),
     [
         (lambda p: p / "missing.npz", "objective.dataset.path", ["no such file"]),
-        (lambda p: (p / "bad.npz").write_bytes(b"not a zip") and p / "bad.npz", "objective.dataset.path",
-         ["not a readable .npz"]),
-        (lambda p: np.savez(p / "noy.npz", x=np.zeros((4, 3))) or p / "noy.npz", "objective.dataset.path",
-         ["no array 'y'", "it holds: x"]),
-        (lambda p: np.savez(p / "len.npz", x=np.zeros((4, 3, 3)), y=np.zeros(5, dtype=int)) or p / "len.npz",
-         "objective.dataset.path", ["x has 4 samples but y has 5"]),
-        (lambda p: np.savez(p / "float.npz", x=np.zeros((4, 3, 3)), y=np.zeros(4)) or p / "float.npz",
-         "objective.dataset.path", ["1-D array of class ids"]),
-        (lambda p: (p / "data.csv").write_text("1,2") and p / "data.csv", "objective.dataset.path",
-         [".npz", ".txt"]),
-        (lambda p: (p / "short.txt").write_text("tiny") and p / "short.txt", "objective.dataset.path",
-         ["at least 1000 characters"]),
+        (
+            lambda p: (p / "bad.npz").write_bytes(b"not a zip") and p / "bad.npz",
+            "objective.dataset.path",
+            ["not a readable .npz"],
+        ),
+        (
+            lambda p: np.savez(p / "noy.npz", x=np.zeros((4, 3))) or p / "noy.npz",
+            "objective.dataset.path",
+            ["no array 'y'", "it holds: x"],
+        ),
+        (
+            lambda p: (
+                np.savez(p / "len.npz", x=np.zeros((4, 3, 3)), y=np.zeros(5, dtype=int))
+                or p / "len.npz"
+            ),
+            "objective.dataset.path",
+            ["x has 4 samples but y has 5"],
+        ),
+        (
+            lambda p: (
+                np.savez(p / "float.npz", x=np.zeros((4, 3, 3)), y=np.zeros(4)) or p / "float.npz"
+            ),
+            "objective.dataset.path",
+            ["1-D array of class ids"],
+        ),
+        (
+            lambda p: (p / "data.csv").write_text("1,2") and p / "data.csv",
+            "objective.dataset.path",
+            [".npz", ".txt"],
+        ),
+        (
+            lambda p: (p / "short.txt").write_text("tiny") and p / "short.txt",
+            "objective.dataset.path",
+            ["at least 1000 characters"],
+        ),
     ],
 )
 def test_bad_data_files_give_one_line(tmp_path, make, field, words):
@@ -161,16 +196,39 @@ def test_bad_data_files_give_one_line(tmp_path, make, field, words):
 @pytest.mark.parametrize(
     ("dataset", "model", "objective", "field", "words"),
     [
-        ("python-docs", "cnn", {}, "objective.dataset", ["'cnn' cannot train on 'python-docs'", "language model"]),
+        (
+            "python-docs",
+            "cnn",
+            {},
+            "objective.dataset",
+            ["'cnn' cannot train on 'python-docs'", "language model"],
+        ),
         ("docs-or-code", "cnn", {}, "objective.dataset", ["inputs are tokens", "image, sequence"]),
         ("python-docs", "gan", {}, "objective.dataset", ["'gan' cannot train"]),
-        ("digits", "cnn", {"metric": "val_perplexity"}, "objective.metric",
-         ["does not report 'val_perplexity'", "val_accuracy, val_loss"]),
+        (
+            "digits",
+            "cnn",
+            {"metric": "val_perplexity"},
+            "objective.metric",
+            ["does not report 'val_perplexity'", "val_accuracy, val_loss"],
+        ),
         ("digits", "gan", {"metric": "val_accuracy"}, "objective.metric", ["val_mmd"]),
-        ({"name": "digits", "sise": 16}, "cnn", {}, "objective.dataset.sise", ["did you mean 'size'"]),
+        (
+            {"name": "digits", "sise": 16},
+            "cnn",
+            {},
+            "objective.dataset.sise",
+            ["did you mean 'size'"],
+        ),
         ({"name": "digitz"}, "cnn", {}, "objective.dataset.name", ["unknown dataset 'digitz'"]),
         ({"size": 16}, "cnn", {}, "objective.dataset", ["needs 'name'", "'path'"]),
-        ("nowhere_pkg.mod:fn", "cnn", {}, "objective.dataset", ["cannot import 'nowhere_pkg.mod:fn'"]),
+        (
+            "nowhere_pkg.mod:fn",
+            "cnn",
+            {},
+            "objective.dataset",
+            ["cannot import 'nowhere_pkg.mod:fn'"],
+        ),
     ],
 )
 def test_data_that_does_not_fit_the_model_is_refused(dataset, model, objective, field, words):
@@ -185,9 +243,18 @@ def test_cli_names_the_study_file_for_a_bad_data_file(tmp_path):
     import sys
 
     study = tmp_path / "mine.yaml"
-    study.write_text("name: mine\nobjective: {model: rnn, dataset: {path: gone.npz}}\nspace: {lr: {type: float, low: 0.001, high: 0.01}}\n")
-    proc = subprocess.run([sys.executable, "-m", "hpsearch.cli", "validate", str(study)], capture_output=True, text=True, cwd=tmp_path)
+    study.write_text(
+        "name: mine\nobjective: {model: rnn, dataset: {path: gone.npz}}\nspace: {lr: {type: float, low: 0.001, high: 0.01}}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpsearch.cli", "validate", str(study)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {study}: objective.dataset.path: 'gone.npz': no such file"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: {study}: objective.dataset.path: 'gone.npz': no such file"
+    ), proc.stderr
     assert "Traceback" not in proc.stderr

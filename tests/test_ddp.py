@@ -23,7 +23,10 @@ pytestmark = pytest.mark.slow
 
 
 def _study(run_dir, name):
-    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(run_dir / name / "optuna.journal"))))
+    return optuna.load_study(
+        study_name=name,
+        storage=JournalStorage(JournalFileBackend(str(run_dir / name / "optuna.journal"))),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +46,14 @@ def two_slot_client():
 def _cnn(name, size, epochs=3):
     return {
         "name": name,
-        "objective": {"model": "cnn", "epochs": epochs, "precision": "fp32", "gpus_per_trial": size,
-                      "params": {"batch_size": 64, "dropout": 0.0}, "checkpoint_interval": 0},
+        "objective": {
+            "model": "cnn",
+            "epochs": epochs,
+            "precision": "fp32",
+            "gpus_per_trial": size,
+            "params": {"batch_size": 64, "dropout": 0.0},
+            "checkpoint_interval": 0,
+        },
         "space": {"lr": {"type": "categorical", "choices": [0.003]}},
         "search": {"n_trials": 1, "sampler": "random", "pruner": "none", "seed": 0},
     }
@@ -57,7 +66,9 @@ def test_two_rank_trial_learns_and_matches_one_rank(run_dir, two_slot_client):
     assert one.state == two.state == TrialState.COMPLETE
     assert two.value > 0.8, "the 2-rank trial learns"
     for step in (1, 2, 3):
-        assert two.intermediate_values[step] == pytest.approx(one.intermediate_values[step], abs=0.03)
+        assert two.intermediate_values[step] == pytest.approx(
+            one.intermediate_values[step], abs=0.03
+        )
     client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "two-ranks")
     (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
     assert run.data.tags["hpsearch.world_size"] == "2"
@@ -72,7 +83,9 @@ def test_two_rank_trial_learns_and_matches_one_rank(run_dir, two_slot_client):
 
 
 def test_pruning_stops_every_rank_at_the_same_step(run_dir, two_slot_client):
-    spec = user_spec("ddp-prune", "hpsearch.testing.objectives:ranked_staircase", n_trials=8, max_concurrent=1)
+    spec = user_spec(
+        "ddp-prune", "hpsearch.testing.objectives:ranked_staircase", n_trials=8, max_concurrent=1
+    )
     spec["objective"]["gpus_per_trial"] = 2
     spec["search"]["pruner"] = {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}
     Study(spec, run_dir=run_dir, client=two_slot_client).run()
@@ -80,7 +93,10 @@ def test_pruning_stops_every_rank_at_the_same_step(run_dir, two_slot_client):
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
     assert pruned, "some trials are pruned"
     for t in study.trials:
-        steps = [(run_dir / "ddp-prune" / f"notes-{t.number}-rank{r}.txt").read_text().split("\n")[:-1] for r in (0, 1)]
+        steps = [
+            (run_dir / "ddp-prune" / f"notes-{t.number}-rank{r}.txt").read_text().split("\n")[:-1]
+            for r in (0, 1)
+        ]
         assert steps[0] == steps[1], "both ranks ran the same steps"
         if t.state == TrialState.PRUNED:
             assert steps[0][-1] == f"step {max(t.intermediate_values)}"
@@ -89,7 +105,9 @@ def test_pruning_stops_every_rank_at_the_same_step(run_dir, two_slot_client):
 
 
 def test_a_rank_that_raises_fails_the_trial_without_a_hang(run_dir, two_slot_client):
-    spec = user_spec("ddp-raise", "hpsearch.testing.objectives:rank1_raises", n_trials=2, max_concurrent=1)
+    spec = user_spec(
+        "ddp-raise", "hpsearch.testing.objectives:rank1_raises", n_trials=2, max_concurrent=1
+    )
     spec["objective"]["gpus_per_trial"] = 2
     spec["search"]["pruner"] = "none"
     Study(spec, run_dir=run_dir, client=two_slot_client).run()
@@ -100,7 +118,10 @@ def test_a_rank_that_raises_fails_the_trial_without_a_hang(run_dir, two_slot_cli
     assert trials[1].state == TrialState.COMPLETE, "fresh ranks run the next trial"
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "ddp-raise")
     failed = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == "0"]
-    assert failed[0].info.status == "FAILED" and "rank 1" in failed[0].data.tags["hpsearch.fail_reason"]
+    assert (
+        failed[0].info.status == "FAILED"
+        and "rank 1" in failed[0].data.tags["hpsearch.fail_reason"]
+    )
 
 
 def test_a_killed_worker_leaves_no_rank_process(run_dir):
@@ -121,7 +142,11 @@ def test_a_killed_worker_leaves_no_rank_process(run_dir):
         ranks: list[psutil.Process] = []
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and len(ranks) < 2:
-            ranks = [p for p in psutil.Process(worker_pid).children(recursive=True) if "_rank_main" in " ".join(p.cmdline())]
+            ranks = [
+                p
+                for p in psutil.Process(worker_pid).children(recursive=True)
+                if "_rank_main" in " ".join(p.cmdline())
+            ]
             time.sleep(0.2)
         assert len(ranks) == 2, "the trial runs on 2 rank processes"
         os.kill(worker_pid, signal.SIGKILL)
@@ -138,8 +163,13 @@ def test_a_killed_worker_leaves_no_rank_process(run_dir):
 
 def test_trials_of_different_sizes_never_share_a_device(run_dir):
     spec = user_spec(
-        "exclusive", "hpsearch.testing.objectives:record_devices", n_trials=12,
-        space={"x": {"type": "float", "low": 0.0, "high": 1.0}, "gpus_per_trial": {"type": "categorical", "choices": [1, 2]}},
+        "exclusive",
+        "hpsearch.testing.objectives:record_devices",
+        n_trials=12,
+        space={
+            "x": {"type": "float", "low": 0.0, "high": 1.0},
+            "gpus_per_trial": {"type": "categorical", "choices": [1, 2]},
+        },
     )
     spec["search"]["pruner"] = "none"
     spec["cluster"] = {"slots": 4}
@@ -156,7 +186,10 @@ def test_trials_of_different_sizes_never_share_a_device(run_dir):
                 (s1, e1), (s2, e2) = a.user_attrs["span"], b.user_attrs["span"]
                 if s1 < e2 and s2 < e1:
                     overlapping += 1
-                    assert not set(a.user_attrs["devices"]) & set(b.user_attrs["devices"]), (a.user_attrs, b.user_attrs)
+                    assert not set(a.user_attrs["devices"]) & set(b.user_attrs["devices"]), (
+                        a.user_attrs,
+                        b.user_attrs,
+                    )
     assert overlapping, "trials ran concurrently"
 
 
@@ -177,7 +210,11 @@ def test_mixed_precision_under_ddp(run_dir, two_slot_client, precision):
     ("model", "dataset", "space"),
     [
         ("gan", "digits", {"lr": {"type": "categorical", "choices": [0.0002]}}),
-        ("lstm", {"name": "python-docs", "max_chars": 20000}, {"lr": {"type": "categorical", "choices": [0.01]}}),
+        (
+            "lstm",
+            {"name": "python-docs", "max_chars": 20000},
+            {"lr": {"type": "categorical", "choices": [0.01]}},
+        ),
     ],
     ids=["gan", "lstm-language-model"],
 )
@@ -185,8 +222,14 @@ def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, data
     name = f"ddp-{model}"
     spec = {
         "name": name,
-        "objective": {"model": model, "dataset": dataset, "epochs": 2, "precision": "fp32", "gpus_per_trial": 2,
-                      "params": {"batch_size": 32}},
+        "objective": {
+            "model": model,
+            "dataset": dataset,
+            "epochs": 2,
+            "precision": "fp32",
+            "gpus_per_trial": 2,
+            "params": {"batch_size": 32},
+        },
         "space": space,
         "search": {"n_trials": 1, "sampler": "random", "pruner": "none", "seed": 0},
     }
@@ -198,6 +241,8 @@ def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, data
     assert run.data.tags["hpsearch.world_size"] == "2"
     if model == "gan":
         assert {m.step for m in client.get_metric_history(run.info.run_id, "g_loss")} == {1, 2}
-        assert [a.path for a in client.list_artifacts(run.info.run_id)].count("samples.png") == 1, "rank 0 logs once"
+        assert [a.path for a in client.list_artifacts(run.info.run_id)].count("samples.png") == 1, (
+            "rank 0 logs once"
+        )
     else:
         assert trial.value < 40, "perplexity well under the vocabulary size"

@@ -66,24 +66,34 @@ def test_cnn_study_on_local_worker_processes(run_dir):
         assert run.data.params["batch_size"] == "64"
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
         assert {m.step: m.value for m in history} == pytest.approx(t.intermediate_values)
-        assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == sorted(t.intermediate_values)
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == sorted(
+            t.intermediate_values
+        )
         assert run.info.run_name == f"trial-{t.number} {t.state.name}"
     assert not [r for r in runs if r.info.status == "RUNNING"]
 
 
 def test_pruned_trials_carry_the_decision(run_dir, dask_client):
-    spec = user_spec("prune", "hpsearch.testing.objectives:staircase", n_trials=10, max_concurrent=1)
+    spec = user_spec(
+        "prune", "hpsearch.testing.objectives:staircase", n_trials=10, max_concurrent=1
+    )
     Study(spec, run_dir=run_dir, client=dask_client).run()
     study = _plain_study(run_dir, "prune")
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
     assert pruned, "the median pruner stops some staircase trials"
     client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "prune")
-    by_number = {int(r.data.tags["hpsearch.trial_number"]): r for r in runs if "hpsearch.trial_number" in r.data.tags}
+    by_number = {
+        int(r.data.tags["hpsearch.trial_number"]): r
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
+    }
     for t in pruned:
         tags = by_number[t.number].data.tags
         assert tags["hpsearch.state"] == "PRUNED"
         assert int(tags["hpsearch.prune_step"]) == max(t.intermediate_values)
-        assert float(tags["hpsearch.prune_value"]) == pytest.approx(t.intermediate_values[max(t.intermediate_values)])
+        assert float(tags["hpsearch.prune_value"]) == pytest.approx(
+            t.intermediate_values[max(t.intermediate_values)]
+        )
         assert "median" in tags["hpsearch.prune_reason"]
         assert t.user_attrs["hpsearch.prune_reason"] == tags["hpsearch.prune_reason"]
         history = client.get_metric_history(by_number[t.number].info.run_id, "value")
@@ -141,13 +151,21 @@ def test_resume_continues_to_the_budget_without_duplicates(run_dir, dask_client)
     assert all(t.state.is_finished() for t in study.trials)
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "resume")
     assert len([r for r in runs if r.data.tags.get("hpsearch.role") == "study"]) == 1
-    numbers = [int(r.data.tags["hpsearch.trial_number"]) for r in runs if "hpsearch.trial_number" in r.data.tags]
+    numbers = [
+        int(r.data.tags["hpsearch.trial_number"])
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
+    ]
     assert sorted(numbers) == [0, 1, 2, 3, 4]
     assert not [r for r in runs if r.info.status == "RUNNING"]
 
 
 def test_failing_and_diverging_trials_end_fail_and_the_study_goes_on(run_dir, dask_client):
-    for name, objective in [("raises", "raises"), ("nan", "returns_nan"), ("nanreport", "reports_nan")]:
+    for name, objective in [
+        ("raises", "raises"),
+        ("nan", "returns_nan"),
+        ("nanreport", "reports_nan"),
+    ]:
         spec = user_spec(name, f"hpsearch.testing.objectives:{objective}", n_trials=4)
         result = Study(spec, run_dir=run_dir, client=dask_client).run()
         assert result.progress.ended == 4
@@ -161,7 +179,9 @@ def test_failing_and_diverging_trials_end_fail_and_the_study_goes_on(run_dir, da
     artifacts = [a.path for a in client.list_artifacts(failed[0].info.run_id)]
     assert "traceback.txt" in artifacts
     nan = _plain_study(run_dir, "nan").trials
-    assert all(t.state == TrialState.FAIL and "nan" in t.user_attrs["hpsearch.fail_reason"] for t in nan)
+    assert all(
+        t.state == TrialState.FAIL and "nan" in t.user_attrs["hpsearch.fail_reason"] for t in nan
+    )
     nanreport = _plain_study(run_dir, "nanreport").trials
     for t in nanreport:
         assert t.state == TrialState.FAIL

@@ -30,7 +30,9 @@ def _journal_study(run_dir: Path, name: str) -> optuna.Study | None:
     if not journal.exists():
         return None
     try:
-        return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))))
+        return optuna.load_study(
+            study_name=name, storage=JournalStorage(JournalFileBackend(str(journal)))
+        )
     except KeyError:  # the file is there, the study not yet
         return None
 
@@ -40,12 +42,21 @@ def _slow_cnn(name: str, *, n_trials: int, epochs: int = 10, max_retries: int = 
     return {
         "name": name,
         "objective": {
-            "model": "cnn", "dataset": {"name": "digits", "size": 28}, "epochs": epochs,
-            "precision": "fp32", "checkpoint_interval": 0,
+            "model": "cnn",
+            "dataset": {"name": "digits", "size": 28},
+            "epochs": epochs,
+            "precision": "fp32",
+            "checkpoint_interval": 0,
             "params": {"batch_size": 32, "channels": 16, "n_blocks": 2},
         },
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
-        "search": {"n_trials": n_trials, "sampler": "random", "pruner": "none", "seed": 0, "max_retries": max_retries},
+        "search": {
+            "n_trials": n_trials,
+            "sampler": "random",
+            "pruner": "none",
+            "seed": 0,
+            "max_retries": max_retries,
+        },
     }
 
 
@@ -65,7 +76,10 @@ def _trial_in_epoch(run_dir: Path, name: str, at_least: int):
     if study is None:
         return None
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if len(t.intermediate_values) >= at_least and (run_dir / name / "checkpoints" / f"trial-{t.number}.pt").exists():
+        if (
+            len(t.intermediate_values) >= at_least
+            and (run_dir / name / "checkpoints" / f"trial-{t.number}.pt").exists()
+        ):
             return t
     return None
 
@@ -102,7 +116,9 @@ def _run_in_thread(study: Study):
 
 
 def test_a_killed_worker_resumes_its_trial_from_the_checkpoint(run_dir, cluster_client):
-    study = Study(_slow_cnn("kill-resume", n_trials=2, epochs=6), run_dir=run_dir, client=cluster_client)
+    study = Study(
+        _slow_cnn("kill-resume", n_trials=2, epochs=6), run_dir=run_dir, client=cluster_client
+    )
     thread, box = _run_in_thread(study)
     victim = _wait(lambda: _trial_in_epoch(run_dir, "kill-resume", 2), 180, "a trial two epochs in")
     _kill_worker_running(cluster_client, victim.number)
@@ -110,7 +126,9 @@ def test_a_killed_worker_resumes_its_trial_from_the_checkpoint(run_dir, cluster_
     assert "result" in box, "the study goes on and ends"
 
     trials = _journal_study(run_dir, "kill-resume").get_trials()
-    assert len(trials) == 2 and all(t.state == TrialState.COMPLETE for t in trials), [(t.state, t.user_attrs) for t in trials]
+    assert len(trials) == 2 and all(t.state == TrialState.COMPLETE for t in trials), [
+        (t.state, t.user_attrs) for t in trials
+    ]
     resumed = trials[victim.number]
     assert resumed.user_attrs["hpsearch.attempt"] == 2
     assert sorted(resumed.intermediate_values) == [1, 2, 3, 4, 5, 6]
@@ -120,7 +138,9 @@ def test_a_killed_worker_resumes_its_trial_from_the_checkpoint(run_dir, cluster_
     trial_runs = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == str(victim.number)]
     assert len(trial_runs) == 1, "the resumed trial continues its run"
     run = trial_runs[0]
-    assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 2, "it resumed from a checkpoint, not from scratch"
+    assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 2, (
+        "it resumed from a checkpoint, not from scratch"
+    )
     assert run.data.tags["hpsearch.attempt"] == "2"
     for key in ("val_accuracy", "train_loss", "val_loss"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
@@ -128,7 +148,11 @@ def test_a_killed_worker_resumes_its_trial_from_the_checkpoint(run_dir, cluster_
 
 
 def test_a_trial_lost_more_than_max_retries_fails_with_the_reason(run_dir, cluster_client):
-    study = Study(_slow_cnn("kill-fail", n_trials=2, epochs=8, max_retries=0), run_dir=run_dir, client=cluster_client)
+    study = Study(
+        _slow_cnn("kill-fail", n_trials=2, epochs=8, max_retries=0),
+        run_dir=run_dir,
+        client=cluster_client,
+    )
     thread, box = _run_in_thread(study)
     victim = _wait(lambda: _trial_in_epoch(run_dir, "kill-fail", 1), 180, "a trial one epoch in")
     _kill_worker_running(cluster_client, victim.number)
@@ -163,7 +187,14 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
     cmd = [sys.executable, "-m", "hpsearch.cli", "run", str(study_file), "--run-dir", str(run_dir)]
     env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
     env.pop("MLFLOW_TRACKING_URI")
-    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    first = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _wait(lambda: _trial_in_epoch(run_dir, name, 2), 240, "a trial two epochs in")
         children = _descendants(first.pid)
@@ -171,7 +202,9 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
         gone, alive = psutil.wait_procs(children, timeout=30)
-        assert not alive, f"worker processes outlived their coordinator: {[p.cmdline() for p in alive]}"
+        assert not alive, (
+            f"worker processes outlived their coordinator: {[p.cmdline() for p in alive]}"
+        )
     finally:
         if first.poll() is None:
             first.kill()
@@ -184,7 +217,9 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     trials = _journal_study(run_dir, name).get_trials()
     assert len(trials) == 4, "exactly n_trials, no duplicates"
-    assert all(t.state == TrialState.COMPLETE for t in trials), [(t.number, t.state, t.user_attrs) for t in trials]
+    assert all(t.state == TrialState.COMPLETE for t in trials), [
+        (t.number, t.state, t.user_attrs) for t in trials
+    ]
     for number, state in ended_before.items():
         assert trials[number].state == state, "ended trials stay as they were"
     for number in running:
@@ -195,7 +230,9 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
     trial_runs = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
     assert sorted(int(r.data.tags["hpsearch.trial_number"]) for r in trial_runs) == [0, 1, 2, 3]
     resumed = [r for r in trial_runs if int(r.data.tags["hpsearch.trial_number"]) in running]
-    assert any(int(r.data.tags["hpsearch.resumed_from_epoch"]) >= 1 for r in resumed), "resumed from checkpoints"
+    assert any(int(r.data.tags["hpsearch.resumed_from_epoch"]) >= 1 for r in resumed), (
+        "resumed from checkpoints"
+    )
     for run in resumed:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
         assert sorted(steps) == [1, 2, 3, 4, 5]
@@ -213,18 +250,28 @@ def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_cl
     for t in trials:
         if t.number % 2:
             assert t.state == TrialState.FAIL
-            assert t.user_attrs["hpsearch.fail_reason"].startswith("timed out after 4 s (objective.trial_timeout)")
+            assert t.user_attrs["hpsearch.fail_reason"].startswith(
+                "timed out after 4 s (objective.trial_timeout)"
+            )
         else:
             assert t.state == TrialState.COMPLETE
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "hang")
     hung = [r for r in runs if r.data.tags.get("hpsearch.state") == "FAIL"]
-    assert len(hung) == 2 and all(r.data.tags["hpsearch.error_type"] == "TrialTimeout" for r in hung)
+    assert len(hung) == 2 and all(
+        r.data.tags["hpsearch.error_type"] == "TrialTimeout" for r in hung
+    )
     assert all(r.info.status == "FAILED" for r in hung)
     # The processes that ran the hung trials were killed; the workers themselves live on.
     for run in hung:
         pid = int(run.data.tags["hpsearch.pid"])
         assert pid not in worker_pids, "a trial with a time limit runs in a process of its own"
-        _wait(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, f"process {pid} to end")
+        _wait(
+            lambda: (
+                not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            ),
+            10,
+            f"process {pid} to end",
+        )
     assert all(psutil.pid_exists(pid) for pid in worker_pids)
 
 

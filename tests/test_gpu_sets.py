@@ -30,7 +30,7 @@ def test_planner_properties_without_topology(n, size):
     devices = list(range(n))
     plan = plan_sets(devices, size)
     _check_plan(devices, size, plan)
-    assert plan.sets == tuple(tuple(devices[i * size:(i + 1) * size]) for i in range(n // size))
+    assert plan.sets == tuple(tuple(devices[i * size : (i + 1) * size]) for i in range(n // size))
 
 
 def test_planner_properties_on_random_inventories_and_topologies():
@@ -38,7 +38,10 @@ def test_planner_properties_on_random_inventories_and_topologies():
     for _ in range(300):
         devices = rng.sample(range(16), rng.randint(1, 12))
         size = rng.randint(1, 5)
-        links = {frozenset(p): rng.choice([10, 20, 30, 40, 118]) for p in itertools.combinations(devices, 2)}
+        links = {
+            frozenset(p): rng.choice([10, 20, 30, 40, 118])
+            for p in itertools.combinations(devices, 2)
+        }
         plan = plan_sets(devices, size, links=links if rng.random() < 0.7 else None)
         _check_plan(devices, size, plan)
 
@@ -50,8 +53,14 @@ def test_planner_prefers_linked_gpus():
         links[frozenset((a, a + 4))] = 118
     assert plan_sets(list(range(8)), 2, links=links).sets == ((0, 4), (1, 5), (2, 6), (3, 7))
     # Two quads joined inside, slow between: sets of 4 keep each quad together.
-    quad = {frozenset(p): (118 if (p[0] < 4) == (p[1] < 4) else 10) for p in itertools.combinations(range(8), 2)}
-    assert set(plan_sets([0, 4, 1, 5, 2, 6, 3, 7], 4, links=quad).sets) == {(0, 1, 2, 3), (4, 5, 6, 7)}
+    quad = {
+        frozenset(p): (118 if (p[0] < 4) == (p[1] < 4) else 10)
+        for p in itertools.combinations(range(8), 2)
+    }
+    assert set(plan_sets([0, 4, 1, 5, 2, 6, 3, 7], 4, links=quad).sets) == {
+        (0, 1, 2, 3),
+        (4, 5, 6, 7),
+    }
 
 
 def test_planner_rejects_bad_input():
@@ -147,14 +156,24 @@ def test_discovery_parsing_and_visible_devices():
     assert [g.index for g in gpus] == [0, 1, 2] and gpus[0].memory_mib == 81920
     assert [g.index for g in _visible_filter(gpus, "2,0")] == [2, 0]
     assert [g.index for g in _visible_filter(gpus, "GPU-bbb")] == [1]
-    assert [g.index for g in _visible_filter(gpus, "1,9,2")] == [1], "CUDA stops at an invalid entry"
+    assert [g.index for g in _visible_filter(gpus, "1,9,2")] == [1], (
+        "CUDA stops at an invalid entry"
+    )
     assert _visible_filter(gpus, "") == []
     assert _visible_filter([GpuInfo(0, "x", 1)], None) == [GpuInfo(0, "x", 1)]
 
 
 def test_worker_devices_from_env():
     assert WorkerDevices.from_env({"CUDA_VISIBLE_DEVICES": "4,5"}).ids == (4, 5)
-    wd = WorkerDevices.from_env({"HPSEARCH_DEVICE_KIND": "cuda", "HPSEARCH_DEVICE_IDS": "4,5", "CUDA_VISIBLE_DEVICES": "4,5", "HPSEARCH_THREADS": "6", "HPSEARCH_LEASE": "1"})
+    wd = WorkerDevices.from_env(
+        {
+            "HPSEARCH_DEVICE_KIND": "cuda",
+            "HPSEARCH_DEVICE_IDS": "4,5",
+            "CUDA_VISIBLE_DEVICES": "4,5",
+            "HPSEARCH_THREADS": "6",
+            "HPSEARCH_LEASE": "1",
+        }
+    )
     assert wd == WorkerDevices("cuda", (4, 5), 6, True)
     assert wd.local_device(5) == "cuda:1" and wd.label([4, 5]) == "cuda:4,cuda:5"
     cpu = WorkerDevices.from_env({"HPSEARCH_DEVICE_KIND": "cpu", "HPSEARCH_DEVICE_IDS": "2,3"})

@@ -9,10 +9,16 @@ HEAVY = ("torch", "distributed", "mlflow")
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", f"import sys\n{code}\nprint(','.join(sys.modules))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", f"import sys\n{code}\nprint(','.join(sys.modules))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return set(out.split(","))
 
 

@@ -123,11 +123,13 @@ def test_every_family_trains_with_two_gloo_ranks(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for case in cases:
         zero, one = ranks[0][case], ranks[1][case]
-        assert zero["checksum"] == pytest.approx(one["checksum"], rel=1e-9, abs=1e-9), f"{case}: ranks in sync"
-        same = [{k: v for k, v in e.items() if k != "samples_per_s"} for e in zero["epochs"]]
-        assert same == [{k: v for k, v in e.items() if k != "samples_per_s"} for e in one["epochs"]], (
-            f"{case}: both ranks report the same reduced metrics"
+        assert zero["checksum"] == pytest.approx(one["checksum"], rel=1e-9, abs=1e-9), (
+            f"{case}: ranks in sync"
         )
+        same = [{k: v for k, v in e.items() if k != "samples_per_s"} for e in zero["epochs"]]
+        assert same == [
+            {k: v for k, v in e.items() if k != "samples_per_s"} for e in one["epochs"]
+        ], f"{case}: both ranks report the same reduced metrics"
         key = "val_mmd" if case == "gan" else "train_loss"
         assert len(zero["epochs"]) == 2 and all(key in e for e in zero["epochs"])
         if case != "gan":
@@ -142,7 +144,9 @@ def test_a_resumed_trainer_continues_exactly(case, tmp_path):
     straight = train_briefly(case, epochs=3)
     first = train_briefly(case, epochs=2)
     store = CheckpointStore(tmp_path, 0)
-    store.save({"epoch": 2, "value": 0.0, "trainer": first["trainer"].state_dict()}, background=False)
+    store.save(
+        {"epoch": 2, "value": 0.0, "trainer": first["trainer"].state_dict()}, background=False
+    )
     resumed = train_briefly(case, epochs=0)
     resumed["trainer"].load_state_dict(store.load()["trainer"])
     trainer, data = resumed["trainer"], resumed["data"]

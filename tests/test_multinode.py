@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import optuna
 import pytest
@@ -53,11 +52,67 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
     port = _port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                f"{BIN}/dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            env=env,
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1", "--name", "hp"], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hpsearch.cli",
+                    "worker",
+                    address,
+                    "--gpus",
+                    "none",
+                    "--slots",
+                    "1",
+                    "--name",
+                    "hp",
+                ],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        )
         # The documented by-hand path: plain dask worker, resources and devices set by hand.
-        procs.append(subprocess.Popen([f"{BIN}/dask", "worker", address, "--name", "plain", "--nthreads", "1", "--resources", "SLOT=1", "--preload", "hpsearch.preload"], env={**env, "HPSEARCH_DEVICE_KIND": "cpu"}, start_new_session=True, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    f"{BIN}/dask",
+                    "worker",
+                    address,
+                    "--name",
+                    "plain",
+                    "--nthreads",
+                    "1",
+                    "--resources",
+                    "SLOT=1",
+                    "--preload",
+                    "hpsearch.preload",
+                ],
+                env={**env, "HPSEARCH_DEVICE_KIND": "cpu"},
+                start_new_session=True,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         workers = _wait_workers(address, 2)
         assert sorted(w["name"] for w in workers.values()) == ["hp-0", "plain"]
         assert all(w["resources"] == {"SLOT": 1.0} for w in workers.values())
@@ -65,7 +120,10 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
         spec["cluster"] = {"scheduler": address}
         result = Study(spec, run_dir=run_dir).run()
         assert result.progress.ended == 8
-        study = optuna.load_study(study_name="remote", storage=JournalStorage(JournalFileBackend(str(run_dir / "remote" / "optuna.journal"))))
+        study = optuna.load_study(
+            study_name="remote",
+            storage=JournalStorage(JournalFileBackend(str(run_dir / "remote" / "optuna.journal"))),
+        )
         assert {t.user_attrs["hpsearch.worker"] for t in study.trials} <= set(workers)
         assert len(study.trials) == 8
         spec["objective"]["gpus_per_trial"] = 2

@@ -40,7 +40,9 @@ def database():
 
 
 @pytest.mark.parametrize("access", ["proxy", "direct"])
-def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postgres(access, database, tmp_path, run_dir, monkeypatch):
+def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postgres(
+    access, database, tmp_path, run_dir, monkeypatch
+):
     """A `dask scheduler`, two `hpsearch worker` processes, the study in PostgreSQL (reached
     through the coordinator's gRPC proxy, or by the workers directly) and a real MLflow
     server on PostgreSQL; checked afterwards with stock clients."""
@@ -57,11 +59,46 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
     port = _port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [subprocess.Popen([f"{BIN}/dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                f"{BIN}/dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            env=env,
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         for name in ("node-a", "node-b"):
-            procs.append(subprocess.Popen([sys.executable, "-m", "hpsearch.cli", "worker", address, "--gpus", "none", "--slots", "1", "--name", name],
-                                          env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "hpsearch.cli",
+                        "worker",
+                        address,
+                        "--gpus",
+                        "none",
+                        "--slots",
+                        "1",
+                        "--name",
+                        name,
+                    ],
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         server.start()
         _wait_workers(address, 2)
         monkeypatch.setenv("HPS_DB_USER", "postgres")
@@ -73,8 +110,12 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
         assert result.progress.ended == 6
         assert not (run_dir / "pg" / "optuna.journal").exists(), "the study lives in PostgreSQL"
         # Stock clients read both back.
-        study = optuna.load_study(study_name="pg", storage=f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}")
-        assert len(study.trials) == 6 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+        study = optuna.load_study(
+            study_name="pg", storage=f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+        )
+        assert len(study.trials) == 6 and all(
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials
+        )
         workers = {t.user_attrs["hpsearch.worker"] for t in study.trials}
         assert len(workers) == 2, "both workers ran trials"
         from mlflow import MlflowClient
@@ -98,5 +139,7 @@ def test_a_missing_credential_variable_is_one_line(run_dir, monkeypatch):
     monkeypatch.delenv("HPS_NOT_SET", raising=False)
     spec = user_spec("pg-missing", "hpsearch.testing.objectives:staircase")
     spec["storage"] = "postgresql+psycopg://hps:${HPS_NOT_SET}@127.0.0.1:5432/x"
-    with pytest.raises(SpecError, match=r"^storage: the environment variable HPS_NOT_SET is not set"):
+    with pytest.raises(
+        SpecError, match=r"^storage: the environment variable HPS_NOT_SET is not set"
+    ):
         Study(spec, run_dir=run_dir).storage_url

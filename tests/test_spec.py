@@ -293,98 +293,209 @@ def test_content_errors_name_the_file_as_given(
     [
         ({"name": "my study"}, "name", ["letters, digits", "'my study'"]),
         ({"name": None}, "name", ["required"]),
-        ({"objective": {"model": "cnn", "epochs": "abc"}}, "objective.epochs",
-         ["expected an integer, got 'abc'"]),
-        ({"objective": {"model": "cnn", "epochs": True}}, "objective.epochs",
-         ["expected an integer, got True"]),
+        (
+            {"objective": {"model": "cnn", "epochs": "abc"}},
+            "objective.epochs",
+            ["expected an integer, got 'abc'"],
+        ),
+        (
+            {"objective": {"model": "cnn", "epochs": True}},
+            "objective.epochs",
+            ["expected an integer, got True"],
+        ),
         ({"objective": {"model": "cnn", "epochs": 0}}, "objective.epochs", ["must be >= 1, got 0"]),
-        ({"objective": {"model": "cnn", "gpus_per_trial": 0}}, "objective.gpus_per_trial",
-         ["must be >= 1, got 0"]),
-        ({"objective": {"model": "cnnn"}}, "objective.model",
-         ["unknown model 'cnnn'", "did you mean 'cnn'?", "cnn, rnn, lstm, gan",
-          "package.module:function"]),
+        (
+            {"objective": {"model": "cnn", "gpus_per_trial": 0}},
+            "objective.gpus_per_trial",
+            ["must be >= 1, got 0"],
+        ),
+        (
+            {"objective": {"model": "cnnn"}},
+            "objective.model",
+            [
+                "unknown model 'cnnn'",
+                "did you mean 'cnn'?",
+                "cnn, rnn, lstm, gan",
+                "package.module:function",
+            ],
+        ),
         ({"objective": {"model": "pkg.mod:"}}, "objective.model", ["package.module:function"]),
-        ({"objective": {"model": "cnn", "dataset": "digitz"}}, "objective.dataset",
-         ["unknown dataset 'digitz'", "did you mean 'digits'?", "digits, digits-seq"]),
-        ({"objective": {"model": "cnn", "dataset": 3}}, "objective.dataset",
-         ["expected a data set name or a mapping, got 3"]),
-        ({"objective": {"model": "cnn", "precision": "bf61"}}, "objective.precision",
-         ["unknown precision 'bf61'", "did you mean 'bf16'?", "fp32, bf16, fp16, auto"]),
-        ({"objective": {"model": "cnn", "direction": "maximise"}}, "objective.direction",
-         ["unknown direction 'maximise'", "did you mean 'maximize'?", "maximize, minimize"]),
-        ({"objective": {"model": "cnn", "metric": 3}}, "objective.metric",
-         ["expected a string, got 3"]),
-        ({"objective": {"model": "cnn", "params": [1]}}, "objective.params",
-         ["expected a mapping of fixed hyperparameters"]),
-        ({"objective": {"model": "cnn", "params": {"f": {1, 2}}}}, "objective.params",
-         ["f: expected a scalar, list or mapping"]),
-        ({"objective": {"model": "cnn", "trial_timeout": "2 hours"}}, "objective.trial_timeout",
-         ["'90s', '30m', '2h'", "'2 hours'"]),
+        (
+            {"objective": {"model": "cnn", "dataset": "digitz"}},
+            "objective.dataset",
+            ["unknown dataset 'digitz'", "did you mean 'digits'?", "digits, digits-seq"],
+        ),
+        (
+            {"objective": {"model": "cnn", "dataset": 3}},
+            "objective.dataset",
+            ["expected a data set name or a mapping, got 3"],
+        ),
+        (
+            {"objective": {"model": "cnn", "precision": "bf61"}},
+            "objective.precision",
+            ["unknown precision 'bf61'", "did you mean 'bf16'?", "fp32, bf16, fp16, auto"],
+        ),
+        (
+            {"objective": {"model": "cnn", "direction": "maximise"}},
+            "objective.direction",
+            ["unknown direction 'maximise'", "did you mean 'maximize'?", "maximize, minimize"],
+        ),
+        (
+            {"objective": {"model": "cnn", "metric": 3}},
+            "objective.metric",
+            ["expected a string, got 3"],
+        ),
+        (
+            {"objective": {"model": "cnn", "params": [1]}},
+            "objective.params",
+            ["expected a mapping of fixed hyperparameters"],
+        ),
+        (
+            {"objective": {"model": "cnn", "params": {"f": {1, 2}}}},
+            "objective.params",
+            ["f: expected a scalar, list or mapping"],
+        ),
+        (
+            {"objective": {"model": "cnn", "trial_timeout": "2 hours"}},
+            "objective.trial_timeout",
+            ["'90s', '30m', '2h'", "'2 hours'"],
+        ),
         ({"objective": "cnn"}, "objective", ["expected a mapping, got 'cnn'"]),
         ({"objective": None}, "objective", ["required"]),
-        ({"space": {"lr": {"type": "float", "low": 0.1, "high": 0.01}}}, "space.lr",
-         ["low (0.1) must be <= high (0.01)"]),
-        ({"space": {"n": {"type": "int", "low": 5, "high": 1}}}, "space.n",
-         ["low (5) must be <= high (1)"]),
-        ({"space": {"lr": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}}, "space.lr",
-         ["log: true needs low > 0"]),
-        ({"space": {"n": {"type": "int", "low": 0, "high": 8, "log": True}}}, "space.n",
-         ["log: true needs low >= 1"]),
-        ({"space": {"n": {"type": "int", "low": 1, "high": 8, "step": 0}}}, "space.n.step",
-         ["must be >= 1, got 0"]),
-        ({"space": {"x": {"type": "float", "low": 0, "high": 1, "step": 0}}}, "space.x.step",
-         ["must be > 0, got 0"]),
-        ({"space": {"x": {"type": "float", "low": 1, "high": 9, "step": 1, "log": True}}},
-         "space.x", ["cannot be combined with a step"]),
-        ({"space": {"n": {"type": "int", "low": 1, "high": 9, "step": 2, "log": True}}},
-         "space.n", ["cannot be combined with step 2"]),
-        ({"space": {"x": {"type": "float", "low": "abc", "high": 1}}}, "space.x.low",
-         ["expected a number, got 'abc'"]),
-        ({"space": {"x": {"type": "float", "low": 0, "high": 1, "log": "yes"}}}, "space.x.log",
-         ["expected true or false, got 'yes'"]),
+        (
+            {"space": {"lr": {"type": "float", "low": 0.1, "high": 0.01}}},
+            "space.lr",
+            ["low (0.1) must be <= high (0.01)"],
+        ),
+        (
+            {"space": {"n": {"type": "int", "low": 5, "high": 1}}},
+            "space.n",
+            ["low (5) must be <= high (1)"],
+        ),
+        (
+            {"space": {"lr": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}},
+            "space.lr",
+            ["log: true needs low > 0"],
+        ),
+        (
+            {"space": {"n": {"type": "int", "low": 0, "high": 8, "log": True}}},
+            "space.n",
+            ["log: true needs low >= 1"],
+        ),
+        (
+            {"space": {"n": {"type": "int", "low": 1, "high": 8, "step": 0}}},
+            "space.n.step",
+            ["must be >= 1, got 0"],
+        ),
+        (
+            {"space": {"x": {"type": "float", "low": 0, "high": 1, "step": 0}}},
+            "space.x.step",
+            ["must be > 0, got 0"],
+        ),
+        (
+            {"space": {"x": {"type": "float", "low": 1, "high": 9, "step": 1, "log": True}}},
+            "space.x",
+            ["cannot be combined with a step"],
+        ),
+        (
+            {"space": {"n": {"type": "int", "low": 1, "high": 9, "step": 2, "log": True}}},
+            "space.n",
+            ["cannot be combined with step 2"],
+        ),
+        (
+            {"space": {"x": {"type": "float", "low": "abc", "high": 1}}},
+            "space.x.low",
+            ["expected a number, got 'abc'"],
+        ),
+        (
+            {"space": {"x": {"type": "float", "low": 0, "high": 1, "log": "yes"}}},
+            "space.x.log",
+            ["expected true or false, got 'yes'"],
+        ),
         ({"space": {"x": {"type": "float", "high": 1}}}, "space.x.low", ["required"]),
-        ({"space": {"o": {"type": "categorical", "choices": []}}}, "space.o.choices",
-         ["at least one choice"]),
-        ({"space": {"o": {"type": "categorical", "choices": [[1, 2]]}}}, "space.o.choices",
-         ["null, booleans, integers, numbers or strings", "got a list"]),
-        ({"space": {"o": {"type": "categorical", "choices": "adam"}}}, "space.o.choices",
-         ["expected a list of choices"]),
-        ({"space": {"x": {"type": "flaot", "low": 0, "high": 1}}}, "space.x.type",
-         ["unknown type 'flaot'", "did you mean 'float'?", "float, int, categorical"]),
+        (
+            {"space": {"o": {"type": "categorical", "choices": []}}},
+            "space.o.choices",
+            ["at least one choice"],
+        ),
+        (
+            {"space": {"o": {"type": "categorical", "choices": [[1, 2]]}}},
+            "space.o.choices",
+            ["null, booleans, integers, numbers or strings", "got a list"],
+        ),
+        (
+            {"space": {"o": {"type": "categorical", "choices": "adam"}}},
+            "space.o.choices",
+            ["expected a list of choices"],
+        ),
+        (
+            {"space": {"x": {"type": "flaot", "low": 0, "high": 1}}},
+            "space.x.type",
+            ["unknown type 'flaot'", "did you mean 'float'?", "float, int, categorical"],
+        ),
         ({"space": {"x": {"low": 0, "high": 1}}}, "space.x.type", ["required"]),
         ({"space": {"x": 0.5}}, "space.x", ["expected a mapping such as {type: float"]),
         ({"space": {}}, "space", ["needs at least one searched hyperparameter"]),
         ({"search": {"n_trials": 0}}, "search.n_trials", ["must be >= 1, got 0"]),
-        ({"search": {"timeout": "3 weeks"}}, "search.timeout",
-         ["'90s', '30m', '2h' or '1d'", "'3 weeks'"]),
+        (
+            {"search": {"timeout": "3 weeks"}},
+            "search.timeout",
+            ["'90s', '30m', '2h' or '1d'", "'3 weeks'"],
+        ),
         ({"search": {"timeout": 0}}, "search.timeout", ["must be > 0 seconds"]),
         ({"search": {"seed": 1.5}}, "search.seed", ["expected an integer, got 1.5"]),
-        ({"search": {"max_concurrent": 0}}, "search.max_concurrent",
-         ["expected 'auto' or an integer >= 1, got 0"]),
+        (
+            {"search": {"max_concurrent": 0}},
+            "search.max_concurrent",
+            ["expected 'auto' or an integer >= 1, got 0"],
+        ),
         ({"search": {"max_retries": -1}}, "search.max_retries", ["must be >= 0, got -1"]),
-        ({"search": {"sampler": "tpee"}}, "search.sampler",
-         ["unknown sampler 'tpee'", "did you mean 'tpe'?",
-          "tpe, random, grid, cmaes, gp, qmc, nsga2"]),
+        (
+            {"search": {"sampler": "tpee"}},
+            "search.sampler",
+            [
+                "unknown sampler 'tpee'",
+                "did you mean 'tpe'?",
+                "tpe, random, grid, cmaes, gp, qmc, nsga2",
+            ],
+        ),
         ({"search": {"sampler": 3}}, "search.sampler", ["expected a sampler name or a mapping"]),
         ({"search": {"pruner": {"name": 3}}}, "search.pruner.name", ["expected a string, got 3"]),
-        ({"search": {"pruner": "hyperbnd"}}, "search.pruner",
-         ["unknown pruner 'hyperbnd'; did you mean 'hyperband'? (allowed: none, median, "
-          "percentile, successive_halving, hyperband)"]),
-        ({"search": {"sampler": {"name": "tpe", "n_startup_trial": 5}}},
-         "search.sampler.n_startup_trial",
-         ["unknown option for the tpe sampler", "did you mean 'n_startup_trials'?"]),
-        ({"search": {"sampler": {"name": "random", "seed": 1}}}, "search.sampler.seed",
-         ["set search.seed instead"]),
-        ({"search": {"sampler": {"name": "tpe", "gamma": 3}}}, "search.sampler.gamma",
-         ["Python object"]),
-        ({"search": {"pruner": {"name": "median", "n_warmup_step": 2}}},
-         "search.pruner.n_warmup_step",
-         ["unknown option for the median pruner", "did you mean 'n_warmup_steps'?"]),
-        ({"search": {"pruner": {"name": "none", "x": 1}}}, "search.pruner.x",
-         ["takes no options"]),
+        (
+            {"search": {"pruner": "hyperbnd"}},
+            "search.pruner",
+            [
+                "unknown pruner 'hyperbnd'; did you mean 'hyperband'? (allowed: none, median, "
+                "percentile, successive_halving, hyperband)"
+            ],
+        ),
+        (
+            {"search": {"sampler": {"name": "tpe", "n_startup_trial": 5}}},
+            "search.sampler.n_startup_trial",
+            ["unknown option for the tpe sampler", "did you mean 'n_startup_trials'?"],
+        ),
+        (
+            {"search": {"sampler": {"name": "random", "seed": 1}}},
+            "search.sampler.seed",
+            ["set search.seed instead"],
+        ),
+        (
+            {"search": {"sampler": {"name": "tpe", "gamma": 3}}},
+            "search.sampler.gamma",
+            ["Python object"],
+        ),
+        (
+            {"search": {"pruner": {"name": "median", "n_warmup_step": 2}}},
+            "search.pruner.n_warmup_step",
+            ["unknown option for the median pruner", "did you mean 'n_warmup_steps'?"],
+        ),
+        ({"search": {"pruner": {"name": "none", "x": 1}}}, "search.pruner.x", ["takes no options"]),
         ({"search": {"sampler": "grid"}}, "space.lr", ["grid sampler", "step"]),
-        ({"cluster": {"n_workers": "many"}}, "cluster.n_workers",
-         ["expected 'auto' or an integer >= 1, got 'many'"]),
+        (
+            {"cluster": {"n_workers": "many"}},
+            "cluster.n_workers",
+            ["expected 'auto' or an integer >= 1, got 'many'"],
+        ),
         ({"cluster": {"gpus": [0, 0]}}, "cluster.gpus", ["distinct"]),
         ({"cluster": {"gpus": [0, -1]}}, "cluster.gpus", ["non-negative", "-1"]),
         ({"cluster": {"gpus": "all"}}, "cluster.gpus", ["'auto', 'none' or a list", "'all'"]),
@@ -403,9 +514,7 @@ def test_bad_value_is_one_precise_line(
 
 
 def test_space_key_also_in_params() -> None:
-    line = one_problem(
-        minimal(objective={"model": "cnn", "params": {"lr": 0.1, "batch_size": 64}})
-    )
+    line = one_problem(minimal(objective={"model": "cnn", "params": {"lr": 0.1, "batch_size": 64}}))
     assert line.startswith("<study>: space.lr: ")
     assert "objective.params" in line
 
@@ -441,8 +550,12 @@ def test_cmaes_needs_its_package() -> None:
     [
         ("top", {"serach": {}}, "serach", "search"),
         ("objective", {"objective": {"model": "cnn", "epoch": 3}}, "objective.epoch", "epochs"),
-        ("param", {"space": {"lr": {"type": "float", "low": 0, "high": 1, "steps": 0.1}}},
-         "space.lr.steps", "step"),
+        (
+            "param",
+            {"space": {"lr": {"type": "float", "low": 0, "high": 1, "steps": 0.1}}},
+            "space.lr.steps",
+            "step",
+        ),
         ("search", {"search": {"n_trial": 3}}, "search.n_trial", "n_trials"),
         ("cluster", {"cluster": {"schedular": "x"}}, "cluster.schedular", "scheduler"),
         ("tracking", {"tracking": {"experimnt": "x"}}, "tracking.experimnt", "experiment"),
@@ -458,7 +571,10 @@ def test_unknown_keys_at_every_level(
 
 def test_unknown_key_lists_the_allowed_keys() -> None:
     line = one_problem(minimal(cluster={"zzz": 1}))
-    assert line == "<study>: cluster.zzz: unknown key (allowed: scheduler, n_workers, gpus, slots, backend, slurm, kubernetes, adapt, storage_access, tls)"
+    assert (
+        line
+        == "<study>: cluster.zzz: unknown key (allowed: scheduler, n_workers, gpus, slots, backend, slurm, kubernetes, adapt, storage_access, tls)"
+    )
 
 
 def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
@@ -522,8 +638,17 @@ def test_float_bounds_accept_yaml_exponent_strings() -> None:
 
 @pytest.mark.parametrize(
     ("given", "seconds"),
-    [(None, None), (90, 90.0), (1.5, 1.5), ("45", 45.0), ("90s", 90.0), ("30m", 1800.0),
-     ("2h", 7200.0), ("1.5d", 129600.0), (" 10m ", 600.0)],
+    [
+        (None, None),
+        (90, 90.0),
+        (1.5, 1.5),
+        ("45", 45.0),
+        ("90s", 90.0),
+        ("30m", 1800.0),
+        ("2h", 7200.0),
+        ("1.5d", 129600.0),
+        (" 10m ", 600.0),
+    ],
 )
 def test_parse_duration(given: Any, seconds: float | None) -> None:
     assert parse_duration(given) == seconds
@@ -657,15 +782,31 @@ def test_user_objective_in_a_package(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "body", "ref", "message"),
     [
-        ("hps_userobj_none", None, "hps_userobj_none:objective",
-         "objective.model: cannot import 'hps_userobj_none:objective' "
-         "(ModuleNotFoundError: No module named 'hps_userobj_none')"),
-        ("hps_userobj_nofn", "x = 1\n", "hps_userobj_nofn:objective",
-         "objective.model: module 'hps_userobj_nofn' has no function 'objective'"),
-        ("hps_userobj_notcallable", "objective = 3\n", "hps_userobj_notcallable:objective",
-         "objective.model: 'hps_userobj_notcallable:objective' is not callable"),
-        ("hps_userobj_raises", "raise RuntimeError('boom')\n", "hps_userobj_raises:objective",
-         "objective.model: cannot import 'hps_userobj_raises:objective' (RuntimeError: boom)"),
+        (
+            "hps_userobj_none",
+            None,
+            "hps_userobj_none:objective",
+            "objective.model: cannot import 'hps_userobj_none:objective' "
+            "(ModuleNotFoundError: No module named 'hps_userobj_none')",
+        ),
+        (
+            "hps_userobj_nofn",
+            "x = 1\n",
+            "hps_userobj_nofn:objective",
+            "objective.model: module 'hps_userobj_nofn' has no function 'objective'",
+        ),
+        (
+            "hps_userobj_notcallable",
+            "objective = 3\n",
+            "hps_userobj_notcallable:objective",
+            "objective.model: 'hps_userobj_notcallable:objective' is not callable",
+        ),
+        (
+            "hps_userobj_raises",
+            "raise RuntimeError('boom')\n",
+            "hps_userobj_raises:objective",
+            "objective.model: cannot import 'hps_userobj_raises:objective' (RuntimeError: boom)",
+        ),
     ],
 )
 def test_user_objective_errors(

@@ -22,7 +22,13 @@ def test_there_is_a_study_per_family():
     models = {StudySpec.from_yaml(path).objective.model for path in STUDIES}
     assert models == {"cnn", "rnn", "lstm", "gan"}
     names = {p.name for p in STUDIES}
-    assert {"quickstart.yaml", "digits-cnn.yaml", "digits-rnn.yaml", "text-lstm.yaml", "digits-gan.yaml"} <= names
+    assert {
+        "quickstart.yaml",
+        "digits-cnn.yaml",
+        "digits-rnn.yaml",
+        "text-lstm.yaml",
+        "digits-gan.yaml",
+    } <= names
 
 
 def test_every_study_file_is_commented():
@@ -55,7 +61,9 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
         assert steps == sorted(trial.intermediate_values) and steps[0] == 1, "each epoch once"
         if trial.state == TrialState.COMPLETE:
             assert steps == [1, 2]
-        assert int(run.data.tags["hpsearch.n_train"]) > 0 and int(run.data.tags["hpsearch.n_val"]) > 0
+        assert (
+            int(run.data.tags["hpsearch.n_train"]) > 0 and int(run.data.tags["hpsearch.n_val"]) > 0
+        )
     if study.spec.objective.model == "gan":
         for run in children:
             assert "samples.png" in {a.path for a in client.list_artifacts(run.info.run_id)}

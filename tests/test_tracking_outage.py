@@ -40,10 +40,25 @@ class Server:
     def start(self, timeout: float = 120.0) -> None:
         log = open(self.folder / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", self.backend,
-             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                self.backend,
+                "--artifacts-destination",
+                str(self.folder / "artifacts"),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -98,10 +113,14 @@ def _check_runs(uri: str, name: str, n: int) -> None:
         assert run.data.tags["hpsearch.state"] == "COMPLETE"
         for key in ("value", "other"):
             steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
-            assert sorted(steps) == list(range(1, 9)), f"trial {run.data.tags['hpsearch.trial_number']} {key}: every step once"
+            assert sorted(steps) == list(range(1, 9)), (
+                f"trial {run.data.tags['hpsearch.trial_number']} {key}: every step once"
+            )
 
 
-def test_tracking_server_down_and_back_mid_study_loses_nothing(server, run_dir, dask_client, monkeypatch):
+def test_tracking_server_down_and_back_mid_study_loses_nothing(
+    server, run_dir, dask_client, monkeypatch
+):
     # 1. Down for a while in the middle of a study: the writes wait in the workers.
     spec = user_spec("outage", "hpsearch.testing.objectives:steady", n_trials=6)
     spec["tracking"] = {"mlflow_uri": server.uri}
@@ -133,6 +152,8 @@ def test_tracking_server_down_and_back_mid_study_loses_nothing(server, run_dir, 
     backlog = run_dir / "outage-end" / "tracking-backlog"
     assert list(backlog.glob("*.json")), "the writes that could not be made are on disk"
     server.start()
-    Study(spec, run_dir=run_dir, client=dask_client).run()  # nothing left to run: it writes the backlog
+    Study(
+        spec, run_dir=run_dir, client=dask_client
+    ).run()  # nothing left to run: it writes the backlog
     assert not backlog.exists()
     _check_runs(server.uri, "outage-end", 4)

@@ -34,7 +34,14 @@ def finished(tmp_path_factory, dask_client):
 def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "hpsearch.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hpsearch.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_api_round_trip(finished):
@@ -45,7 +52,15 @@ def test_api_round_trip(finished):
     frame = study.trials_dataframe()
     assert list(frame["number"]) == list(range(6))
     assert set(frame["state"]) <= {"COMPLETE", "PRUNED"}
-    for col in ("value", "duration_s", "worker", "devices", "run_id", "params_lr", "params_channels"):
+    for col in (
+        "value",
+        "duration_s",
+        "worker",
+        "devices",
+        "run_id",
+        "params_lr",
+        "params_channels",
+    ):
         assert col in frame.columns, col
     assert frame["run_id"].notna().all() and frame["worker"].str.startswith("tcp://").all()
     again = Study.load(run_dir / "views")
@@ -55,7 +70,12 @@ def test_api_round_trip(finished):
 
 def test_plots_are_real_images(finished, tmp_path):
     study, _, _ = finished
-    for name in ("plot_history", "plot_intermediate_values", "plot_importances", "plot_parallel_coordinate"):
+    for name in (
+        "plot_history",
+        "plot_intermediate_values",
+        "plot_importances",
+        "plot_parallel_coordinate",
+    ):
         fig = getattr(study, name)()
         path = tmp_path / f"{name}.png"
         fig.savefig(path)
@@ -69,7 +89,13 @@ def test_report_writes_files_and_logs_them_on_the_study_run(finished):
     study, result, run_dir = finished
     files = study.report()
     names = {f.name for f in files}
-    assert names == {"history.png", "intermediate_values.png", "importances.png", "parallel_coordinate.png", "report.html"}
+    assert names == {
+        "history.png",
+        "intermediate_values.png",
+        "importances.png",
+        "parallel_coordinate.png",
+        "report.html",
+    }
     assert all(f.stat().st_size > 5000 for f in files)
     html = (run_dir / "views" / "report" / "report.html").read_text()
     assert "plotly" in html.lower() and "Optimization history" in html
@@ -85,7 +111,9 @@ def test_cli_best_and_status(finished, tmp_path):
     out = _cli("best", str(run_dir / "views"), "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     best = json.loads(out.stdout)
-    assert best["number"] == result.best.number and best["value"] == pytest.approx(result.best.value)
+    assert best["number"] == result.best.number and best["value"] == pytest.approx(
+        result.best.value
+    )
     assert best["params"] == result.best.params and best["run_id"] == study.best_trial.run_id
     assert best["metric"] == "val_accuracy" and best["direction"] == "maximize"
     out = _cli("best", str(run_dir / "views"), cwd=tmp_path)
@@ -115,7 +143,12 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpsearch.cli", "ui", str(run_dir / "views"), "--port", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -130,20 +163,41 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
                     pytest.fail("the MLflow UI did not answer")
                 time.sleep(0.5)
         # What a user browsing the experiment sees, through the UI's own REST API.
-        exp = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=views"))
-        body = json.dumps({"experiment_ids": [exp["experiment"]["experiment_id"]], "max_results": 100}).encode()
-        req = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"})
+        exp = json.load(
+            urllib.request.urlopen(
+                f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=views"
+            )
+        )
+        body = json.dumps(
+            {"experiment_ids": [exp["experiment"]["experiment_id"]], "max_results": 100}
+        ).encode()
+        req = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         runs = json.load(urllib.request.urlopen(req))["runs"]
         tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
         parent = [t for t in tags if t.get("hpsearch.role") == "study"]
         children = [t for t in tags if "hpsearch.trial_number" in t]
         assert len(parent) == 1 and len(children) == 6
-        assert all(t["mlflow.parentRunId"] == result.parent_run_id for t in children), "trials nested under the study"
-        assert all(t["mlflow.runName"] == f"trial-{t['hpsearch.trial_number']} {t['hpsearch.state']}" for t in children)
-        assert all("hpsearch.prune_reason" in t for t in children if t["hpsearch.state"] == "PRUNED")
+        assert all(t["mlflow.parentRunId"] == result.parent_run_id for t in children), (
+            "trials nested under the study"
+        )
+        assert all(
+            t["mlflow.runName"] == f"trial-{t['hpsearch.trial_number']} {t['hpsearch.state']}"
+            for t in children
+        )
+        assert all(
+            "hpsearch.prune_reason" in t for t in children if t["hpsearch.state"] == "PRUNED"
+        )
         assert parent[0]["hpsearch.best_trial"] == str(result.best.number)
         if shutil.which("chromium"):
-            _browse(f"{base}/#/experiments/{exp['experiment']['experiment_id']}/runs", tmp_path, expect=["views", "7 matching runs"])
+            _browse(
+                f"{base}/#/experiments/{exp['experiment']['experiment_id']}/runs",
+                tmp_path,
+                expect=["views", "7 matching runs"],
+            )
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
@@ -155,13 +209,34 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
 def _browse(url: str, folder: Path, *, expect: list[str]) -> None:
     """Load ``url`` in headless Chromium; its rendered page must show ``expect`` (a screenshot
     is left in ``folder`` for a person to look at)."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-             "--window-size=1400,900", "--virtual-time-budget=20000"]
-    shot = subprocess.run(["chromium", *flags, f"--user-data-dir={folder / 'chromium-1'}", f"--screenshot={folder / 'ui.png'}", url],
-                          capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--window-size=1400,900",
+        "--virtual-time-budget=20000",
+    ]
+    shot = subprocess.run(
+        [
+            "chromium",
+            *flags,
+            f"--user-data-dir={folder / 'chromium-1'}",
+            f"--screenshot={folder / 'ui.png'}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (folder / "ui.png").stat().st_size > 20000, shot.stderr[-2000:]
-    dom = subprocess.run(["chromium", *flags, f"--user-data-dir={folder / 'chromium-2'}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        ["chromium", *flags, f"--user-data-dir={folder / 'chromium-2'}", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     import re
 
     text_of_page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", dom))
@@ -181,9 +256,25 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("HPSEARCH_STUDIES", str(path.parent.parent / "studies"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     book = nbformat.read(path, as_version=4)
-    assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), "committed without outputs"
-    NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), (
+        "committed without outputs"
+    )
+    NotebookClient(
+        book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    errors = [
+        o
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
     assert not errors
-    images = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    images = [
+        o
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "image/png" in o.get("data", {})
+    ]
     assert images, "the plots show inline"

@@ -6,13 +6,32 @@ k GPUs, ``SLOT=k`` for k CPU slots on a machine without GPUs. Every trial asks f
 """
 
 from hpsearch.cluster._base import Capacity, capacity, check_workers, connect
-from hpsearch.cluster._gpus import DeviceAllocator, GpuInfo, GpuPlan, discover_gpus, nvml_links, plan_sets
+from hpsearch.cluster._gpus import (
+    DeviceAllocator,
+    GpuInfo,
+    GpuPlan,
+    discover_gpus,
+    nvml_links,
+    plan_sets,
+)
 from hpsearch.cluster._local import start_local_cluster, worker_specs
 
 GPU = "GPU"
 SLOT = "SLOT"
 
 __all__ = [
-    "GPU", "SLOT", "Capacity", "DeviceAllocator", "GpuInfo", "GpuPlan", "capacity", "check_workers", "connect",
-    "discover_gpus", "nvml_links", "plan_sets", "start_local_cluster", "worker_specs",
+    "GPU",
+    "SLOT",
+    "Capacity",
+    "DeviceAllocator",
+    "GpuInfo",
+    "GpuPlan",
+    "capacity",
+    "check_workers",
+    "connect",
+    "discover_gpus",
+    "nvml_links",
+    "plan_sets",
+    "start_local_cluster",
+    "worker_specs",
 ]

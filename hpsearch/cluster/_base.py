@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.exceptions import ClusterError
 
@@ -54,7 +55,8 @@ class Capacity:
                 f"no worker can run a trial of gpus_per_trial={size}: the largest worker has "
                 f"{self.key}={largest:g} (start workers with --gpus-per-trial {size}, or lower "
                 "objective.gpus_per_trial)",
-                needed=size, found=int(largest),
+                needed=size,
+                found=int(largest),
             )
 
 
@@ -66,10 +68,14 @@ def capacity(client: Client) -> Capacity:
         if any(w.get("resources", {}).get(candidate) for w in workers.values()):
             key = candidate
             break
-    per_worker = {
-        addr: float(w.get("resources", {}).get(key, 0)) for addr, w in workers.items()
-    } if key else {}
-    return Capacity(key, per_worker, {addr: int(w.get("nthreads", 1)) for addr, w in workers.items()})
+    per_worker = (
+        {addr: float(w.get("resources", {}).get(key, 0)) for addr, w in workers.items()}
+        if key
+        else {}
+    )
+    return Capacity(
+        key, per_worker, {addr: int(w.get("nthreads", 1)) for addr, w in workers.items()}
+    )
 
 
 def security(tls: Any) -> Any:
@@ -85,8 +91,13 @@ def security(tls: Any) -> Any:
 
     ca, cert, key = (os.path.expanduser(p) for p in (tls.ca_file, tls.cert, tls.key))
     return Security(
-        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
-        tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key,
+        tls_ca_file=ca,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
         require_encryption=True,
     )
 
@@ -116,7 +127,9 @@ def software(needs_torch: bool = True) -> dict[str, str | None]:
     return out
 
 
-def version_problems(here: Mapping[str, str | None], workers: Mapping[str, Mapping[str, str | None]]) -> list[str]:
+def version_problems(
+    here: Mapping[str, str | None], workers: Mapping[str, Mapping[str, str | None]]
+) -> list[str]:
     """One line per worker that cannot run this study's trials, saying what differs.
 
     Example:
@@ -132,13 +145,22 @@ def version_problems(here: Mapping[str, str | None], workers: Mapping[str, Mappi
             if there.get(name) is None:
                 lines.append(f"worker {address}: {name} does not import")
             elif name == "hpsearch" and there[name] != here.get(name):
-                lines.append(f"worker {address}: hpsearch {there[name]}, the coordinator has {here.get(name)}")
-            elif name == "optuna" and str(there[name]).split(".")[:2] != str(here.get(name)).split(".")[:2]:
-                lines.append(f"worker {address}: optuna {there[name]}, the coordinator has {here.get(name)} (the storage proxy needs the same minor version)")
+                lines.append(
+                    f"worker {address}: hpsearch {there[name]}, the coordinator has {here.get(name)}"
+                )
+            elif (
+                name == "optuna"
+                and str(there[name]).split(".")[:2] != str(here.get(name)).split(".")[:2]
+            ):
+                lines.append(
+                    f"worker {address}: optuna {there[name]}, the coordinator has {here.get(name)} (the storage proxy needs the same minor version)"
+                )
         if "torch" in here and here.get("torch") is not None and there.get("torch") is None:
             lines.append(f"worker {address}: torch does not import (the built-in models need it)")
         if there.get("python") != here.get("python"):
-            lines.append(f"worker {address}: Python {there.get('python')}, the coordinator has {here.get('python')} (trials are pickled between them)")
+            lines.append(
+                f"worker {address}: Python {there.get('python')}, the coordinator has {here.get('python')} (trials are pickled between them)"
+            )
     return lines
 
 

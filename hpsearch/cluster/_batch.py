@@ -59,7 +59,9 @@ def start_slurm_cluster(spec: StudySpec) -> Any:
 
     cluster = SLURMCluster(**slurm_options(spec))
     if spec.cluster.adapt is not None:
-        cluster.adapt(minimum_jobs=spec.cluster.adapt.minimum, maximum_jobs=spec.cluster.adapt.maximum)
+        cluster.adapt(
+            minimum_jobs=spec.cluster.adapt.minimum, maximum_jobs=spec.cluster.adapt.maximum
+        )
     else:
         assert spec.cluster.slurm is not None
         cluster.scale(jobs=spec.cluster.slurm.jobs)
@@ -88,7 +90,10 @@ def kubernetes_manifest(spec: StudySpec) -> dict[str, Any]:
     worker = manifest["spec"]["worker"]["spec"]["containers"][0]
     worker["args"] += _worker_args(spec, kube.gpus_per_worker)
     scheduler = manifest["spec"]["scheduler"]["spec"]["containers"][0]
-    scheduler["resources"] = {"limits": {"cpu": "1", "memory": "2G"}, "requests": {"cpu": "1", "memory": "2G"}}
+    scheduler["resources"] = {
+        "limits": {"cpu": "1", "memory": "2G"},
+        "requests": {"cpu": "1", "memory": "2G"},
+    }
     return manifest
 
 
@@ -124,5 +129,7 @@ def dry_run(spec: StudySpec, *, gpus: list[int] | None = None) -> str:
     lines = [f"local cluster: {len(specs)} worker processes on 127.0.0.1 ({plan.describe()})"]
     for name, worker in specs.items():
         opts = worker["options"]
-        lines.append(f"  {name}: resources {opts['resources']}, env {dict((k, v) for k, v in opts['env'].items() if k.startswith(('HPSEARCH', 'CUDA')))}")
+        lines.append(
+            f"  {name}: resources {opts['resources']}, env {dict((k, v) for k, v in opts['env'].items() if k.startswith(('HPSEARCH', 'CUDA')))}"
+        )
     return "\n".join(lines)

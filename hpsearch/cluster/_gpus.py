@@ -18,8 +18,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from hpsearch.exceptions import GpuAllocationError
 
@@ -43,9 +44,13 @@ class GpuPlan:
     leftover: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        text = f"{len(self.sets)} GPU set(s) of {self.size}: " + " ".join("[" + ",".join(map(str, s)) + "]" for s in self.sets)
+        text = f"{len(self.sets)} GPU set(s) of {self.size}: " + " ".join(
+            "[" + ",".join(map(str, s)) + "]" for s in self.sets
+        )
         if self.leftover:
-            text += f"; left over (fill no set of {self.size}): " + ",".join(map(str, self.leftover))
+            text += f"; left over (fill no set of {self.size}): " + ",".join(
+                map(str, self.leftover)
+            )
         return text
 
 
@@ -59,7 +64,11 @@ def _visible_filter(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
     wanted = [v.strip() for v in visible.split(",") if v.strip()]
     out: list[GpuInfo] = []
     for w in wanted:
-        match = [g for g in gpus if (w.isdigit() and g.index == int(w)) or (g.uuid and g.uuid.startswith(w))]
+        match = [
+            g
+            for g in gpus
+            if (w.isdigit() and g.index == int(w)) or (g.uuid and g.uuid.startswith(w))
+        ]
         if not match:
             break  # CUDA stops at the first invalid entry
         out.append(match[0])
@@ -95,7 +104,14 @@ def _from_nvml() -> list[GpuInfo] | None:
             name = pynvml.nvmlDeviceGetName(h)
             uuid = pynvml.nvmlDeviceGetUUID(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-            gpus.append(GpuInfo(i, name.decode() if isinstance(name, bytes) else name, int(mem), uuid.decode() if isinstance(uuid, bytes) else uuid))
+            gpus.append(
+                GpuInfo(
+                    i,
+                    name.decode() if isinstance(name, bytes) else name,
+                    int(mem),
+                    uuid.decode() if isinstance(uuid, bytes) else uuid,
+                )
+            )
         return gpus
 
 
@@ -110,7 +126,14 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3 and parts[0].isdigit():
-            gpus.append(GpuInfo(int(parts[0]), parts[1], int(float(parts[2])), parts[3] if len(parts) > 3 else ""))
+            gpus.append(
+                GpuInfo(
+                    int(parts[0]),
+                    parts[1],
+                    int(float(parts[2])),
+                    parts[3] if len(parts) > 3 else "",
+                )
+            )
     return gpus
 
 
@@ -121,7 +144,10 @@ def _from_nvidia_smi() -> list[GpuInfo] | None:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=index,name,memory.total,uuid", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -142,8 +168,17 @@ print(json.dumps(out))
 def _from_torch_subprocess() -> list[GpuInfo]:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     try:
-        out = subprocess.run([sys.executable, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120, env=env, check=True).stdout
-        return [GpuInfo(int(i), n, int(m), u) for i, n, m, u in json.loads(out.strip().splitlines()[-1])]
+        out = subprocess.run(
+            [sys.executable, "-c", _TORCH_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=True,
+        ).stdout
+        return [
+            GpuInfo(int(i), n, int(m), u) for i, n, m, u in json.loads(out.strip().splitlines()[-1])
+        ]
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return []
 
@@ -156,7 +191,9 @@ def discover_gpus(*, visible: str | None = None, use_env: bool = True) -> list[G
         found = probe()
         if found is not None:
             return _visible_filter(found, visible)
-    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia")):
+    if not any(
+        os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia")
+    ):
         return []  # no NVIDIA driver here: do not pay for importing torch to find out
     return _visible_filter(_from_torch_subprocess(), visible)
 
@@ -242,11 +279,19 @@ def plan_sets(
         if size == 1:
             first = free[0]
         else:
-            first = max(free, key=lambda d: (max((link(d, o) for o in free if o != d), default=0), -free.index(d)))
+            first = max(
+                free,
+                key=lambda d: (
+                    max((link(d, o) for o in free if o != d), default=0),
+                    -free.index(d),
+                ),
+            )
         chosen = [first]
         while len(chosen) < size:
             rest = [d for d in free if d not in chosen]
-            chosen.append(max(rest, key=lambda d: (sum(link(d, c) for c in chosen), -free.index(d))))
+            chosen.append(
+                max(rest, key=lambda d: (sum(link(d, c) for c in chosen), -free.index(d)))
+            )
         sets_list.append(tuple(sorted(chosen, key=free.index)))
         free = [d for d in free if d not in chosen]
     return GpuPlan(size, tuple(sets_list), tuple(free))
@@ -277,7 +322,8 @@ class DeviceAllocator:
             if size > len(free):
                 raise GpuAllocationError(
                     f"{owner} needs {size} device(s) but only {len(free)} of {len(self.devices)} are free",
-                    needed=size, found=len(free),
+                    needed=size,
+                    found=len(free),
                 )
             chosen = plan_sets(free, size, links=self.links).sets[0]
             for d in chosen:

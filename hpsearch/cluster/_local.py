@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dask
 
@@ -44,7 +45,16 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _worker(name: str, *, kind: str, ids: Sequence[int], threads: int, nthreads: int, lease: bool, resource: str) -> dict[str, Any]:
+def _worker(
+    name: str,
+    *,
+    kind: str,
+    ids: Sequence[int],
+    threads: int,
+    nthreads: int,
+    lease: bool,
+    resource: str,
+) -> dict[str, Any]:
     env = {
         ENV_KIND: kind,
         ENV_IDS: ",".join(map(str, ids)),
@@ -111,23 +121,48 @@ def worker_specs(
         kind, resource, devices = "cuda", "GPU", list(gpus)
     else:
         kind, resource = "cpu", "SLOT"
-        slots = n_slots or (n_workers * gpus_per_trial if n_workers and not mixed_sizes else n_cores)
+        slots = n_slots or (
+            n_workers * gpus_per_trial if n_workers and not mixed_sizes else n_cores
+        )
         devices = list(range(slots))
     if gpus_per_trial > len(devices):
         what = "GPUs" if gpus else "CPU slots"
         raise GpuAllocationError(
             f"a trial needs gpus_per_trial={gpus_per_trial} {what} but this node has {len(devices)}",
-            needed=gpus_per_trial, found=len(devices),
+            needed=gpus_per_trial,
+            found=len(devices),
         )
     if mixed_sizes:
         plan = GpuPlan(len(devices), (tuple(devices),))
-        return {f"{prefix}-0": _worker(f"{prefix}-0", kind=kind, ids=devices, threads=n_cores, nthreads=len(devices), lease=True, resource=resource)}, plan
+        return {
+            f"{prefix}-0": _worker(
+                f"{prefix}-0",
+                kind=kind,
+                ids=devices,
+                threads=n_cores,
+                nthreads=len(devices),
+                lease=True,
+                resource=resource,
+            )
+        }, plan
     plan = plan_sets(devices, gpus_per_trial, links=links if gpus else None)
     if not gpus and n_workers:
-        plan = GpuPlan(plan.size, plan.sets[:n_workers], plan.leftover + tuple(d for s in plan.sets[n_workers:] for d in s))
+        plan = GpuPlan(
+            plan.size,
+            plan.sets[:n_workers],
+            plan.leftover + tuple(d for s in plan.sets[n_workers:] for d in s),
+        )
     threads = max(1, n_cores // max(1, len(plan.sets)))
     specs = {
-        f"{prefix}-{i}": _worker(f"{prefix}-{i}", kind=kind, ids=ids, threads=threads, nthreads=1, lease=False, resource=resource)
+        f"{prefix}-{i}": _worker(
+            f"{prefix}-{i}",
+            kind=kind,
+            ids=ids,
+            threads=threads,
+            nthreads=1,
+            lease=False,
+            resource=resource,
+        )
         for i, ids in enumerate(plan.sets)
     }
     return specs, plan
@@ -150,8 +185,12 @@ def start_local_cluster(
     from distributed import Nanny, Scheduler, SpecCluster
 
     workers, plan = worker_specs(
-        gpus=gpus, gpus_per_trial=gpus_per_trial, mixed_sizes=mixed_sizes,
-        n_workers=n_workers, n_slots=n_slots, links=links,
+        gpus=gpus,
+        gpus_per_trial=gpus_per_trial,
+        mixed_sizes=mixed_sizes,
+        n_workers=n_workers,
+        n_slots=n_slots,
+        links=links,
     )
     if plan.leftover:
         logging.getLogger(__name__).warning("%s", plan.describe())
@@ -164,7 +203,9 @@ def start_local_cluster(
     scheduler = {
         "cls": Scheduler,
         "options": {
-            "host": "127.0.0.1", "port": 0, "dashboard": with_dashboard,
+            "host": "127.0.0.1",
+            "port": 0,
+            "dashboard": with_dashboard,
             "dashboard_address": "127.0.0.1:0",  # its HTTP server (health, metrics) too
             **({"security": security, "protocol": protocol} if security is not None else {}),
         },
@@ -173,6 +214,12 @@ def start_local_cluster(
     # 3 times): the coordinator counts the losses itself, resumes the trial from its
     # checkpoint and applies search.max_retries.
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="hpsearch", security=security)
+        cluster = SpecCluster(
+            workers=workers,
+            scheduler=scheduler,
+            silence_logs=logging.WARNING,
+            name="hpsearch",
+            security=security,
+        )
     cluster.hpsearch_plan = plan  # type: ignore[attr-defined]
     return cluster

@@ -24,7 +24,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gpus", default="auto")
     p.add_argument("--gpus-per-trial", type=int, default=1)
     # What dask-jobqueue and the operator add; the launcher decides these itself.
-    for flag in ("--nthreads", "--memory-limit", "--death-timeout", "--nworkers", "--dashboard-address", "--local-directory", "--interface", "--protocol"):
+    for flag in (
+        "--nthreads",
+        "--memory-limit",
+        "--death-timeout",
+        "--nworkers",
+        "--dashboard-address",
+        "--local-directory",
+        "--interface",
+        "--protocol",
+    ):
         p.add_argument(flag, default=None)
     p.add_argument("--nanny", action="store_true")
     p.add_argument("--no-nanny", action="store_true")
@@ -39,7 +48,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     from hpsearch.cli import app
 
-    cmd = ["worker", args.scheduler, "--gpus", args.gpus, "--gpus-per-trial", str(args.gpus_per_trial)]
+    cmd = [
+        "worker",
+        args.scheduler,
+        "--gpus",
+        args.gpus,
+        "--gpus-per-trial",
+        str(args.gpus_per_trial),
+    ]
     if args.name:
         cmd += ["--name", args.name]
     app(cmd)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
@@ -56,7 +57,9 @@ def split_indices(n: int, *, val_fraction: float, seed: int) -> tuple[torch.Tens
     import torch
 
     if not 0.0 < val_fraction < 1.0:
-        raise SpecError([f"objective.dataset.val_fraction: must be between 0 and 1, got {val_fraction}"])
+        raise SpecError(
+            [f"objective.dataset.val_fraction: must be between 0 and 1, got {val_fraction}"]
+        )
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(n, generator=g)
     n_val = min(n - 1, max(1, int(round(n * val_fraction))))
@@ -64,21 +67,39 @@ def split_indices(n: int, *, val_fraction: float, seed: int) -> tuple[torch.Tens
 
 
 def classification_split(
-    name: str, x: torch.Tensor, y: torch.Tensor, *, options: Mapping[str, Any], seed: int,
-    info: Mapping[str, Any], x_val: torch.Tensor | None = None, y_val: torch.Tensor | None = None,
+    name: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    options: Mapping[str, Any],
+    seed: int,
+    info: Mapping[str, Any],
+    x_val: torch.Tensor | None = None,
+    y_val: torch.Tensor | None = None,
 ) -> DataSplit:
     """Split (x, y) by ``seed`` unless validation arrays are given; fill in shape and classes."""
     limit = options.get("limit")
     if x_val is None:
-        train, val = split_indices(x.shape[0], val_fraction=float(options.get("val_fraction", 0.2)), seed=seed)
+        train, val = split_indices(
+            x.shape[0], val_fraction=float(options.get("val_fraction", 0.2)), seed=seed
+        )
         x, y, x_val, y_val = x[train], y[train], x[val], y[val]
     assert y_val is not None
     if limit is not None:  # a smaller training set, e.g. for quick tests
         x, y = x[: int(limit)], y[: int(limit)]
     n_classes = int(max(int(y.max()), int(y_val.max())) + 1)
     return DataSplit(
-        name, x, y, x_val, y_val,
-        info={"task": "classification", "input_shape": tuple(x.shape[1:]), "n_classes": n_classes, **info},
+        name,
+        x,
+        y,
+        x_val,
+        y_val,
+        info={
+            "task": "classification",
+            "input_shape": tuple(x.shape[1:]),
+            "n_classes": n_classes,
+            **info,
+        },
     )
 
 
@@ -91,7 +112,9 @@ def _digit_images(options: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tenso
     y = torch.tensor(bunch.target, dtype=torch.long)
     size = int(options.get("size", 8))
     if size != 8:
-        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+        x = torch.nn.functional.interpolate(
+            x, size=(size, size), mode="bilinear", align_corners=False
+        )
     return x, y
 
 
@@ -102,22 +125,39 @@ def _digits(options: Mapping[str, Any], seed: int, source: Path | None) -> DataS
     ``limit`` (use only the first ``limit`` training images).
     """
     x, y = _digit_images(options)
-    return classification_split("digits", x, y, options=options, seed=seed,
-                                info={"kind": "image", "source": "sklearn.datasets.load_digits"})
+    return classification_split(
+        "digits",
+        x,
+        y,
+        options=options,
+        seed=seed,
+        info={"kind": "image", "source": "sklearn.datasets.load_digits"},
+    )
 
 
 def _digits_seq(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
     """The digits read row by row: sequences of ``size`` steps of ``size`` grey values."""
     x, y = _digit_images(options)
-    return classification_split("digits-seq", x.squeeze(1), y, options=options, seed=seed,
-                                info={"kind": "sequence", "source": "sklearn.datasets.load_digits, rows as steps"})
+    return classification_split(
+        "digits-seq",
+        x.squeeze(1),
+        y,
+        options=options,
+        seed=seed,
+        info={"kind": "sequence", "source": "sklearn.datasets.load_digits, rows as steps"},
+    )
 
 
 def _python_docs(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
     from hpsearch.data._text import corpus_split, python_docs_text
 
-    return corpus_split("python-docs", python_docs_text(), options=options, seed=seed,
-                        source="pydoc_data.topics (CPython's reference documentation)")
+    return corpus_split(
+        "python-docs",
+        python_docs_text(),
+        options=options,
+        seed=seed,
+        source="pydoc_data.topics (CPython's reference documentation)",
+    )
 
 
 def _docs_or_code(options: Mapping[str, Any], seed: int, source: Path | None) -> DataSplit:
@@ -151,17 +191,24 @@ def _load(spec_json: str, seed: int, source: str | None) -> DataSplit:
         return _files.load_npz(path, options=options, seed=seed)
     loader = _LOADERS.get(dataset.get("name"))
     if loader is None:
-        raise SpecError([f"objective.dataset: unknown data set {dataset.get('name')!r} (built-in: {', '.join(_LOADERS)})"])
+        raise SpecError(
+            [
+                f"objective.dataset: unknown data set {dataset.get('name')!r} (built-in: {', '.join(_LOADERS)})"
+            ]
+        )
     return loader(options, seed, src)
 
 
 _load_cached = functools.lru_cache(maxsize=8)(_load)
 
 
-def load_dataset(dataset: str | Mapping[str, Any], *, seed: int | None, source: Path | str | None = None) -> DataSplit:
+def load_dataset(
+    dataset: str | Mapping[str, Any], *, seed: int | None, source: Path | str | None = None
+) -> DataSplit:
     """Load a data set as a study file names it, split by ``seed`` (cached: one load per process).
 
     ``source`` is the study file: a relative ``path`` is looked up next to it first.
     """
-    return _load_cached(json.dumps(dataset, sort_keys=True), int(seed or 0), str(source) if source else None)
-
+    return _load_cached(
+        json.dumps(dataset, sort_keys=True), int(seed or 0), str(source) if source else None
+    )

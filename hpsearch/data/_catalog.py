@@ -20,19 +20,24 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 BUILTIN: dict[str, tuple[str, str, str]] = {
     # name: (task, kind, what it is)
     "digits": ("classification", "image", "scikit-learn's 8x8 digits, 10 classes"),
     "digits-seq": ("classification", "sequence", "the digits read row by row, 10 classes"),
     "python-docs": (
-        "language_model", "tokens", "CPython's reference documentation (pydoc_data), characters",
+        "language_model",
+        "tokens",
+        "CPython's reference documentation (pydoc_data), characters",
     ),
     "docs-or-code": (
-        "classification", "tokens", "64-character windows: Python's documentation or its source",
+        "classification",
+        "tokens",
+        "64-character windows: Python's documentation or its source",
     ),
 }
 
@@ -192,7 +197,9 @@ def _check_npz(path: Path, given: str) -> str:
     if not path.is_file():
         raise ValueError(f"{given!r}: no such file (looked for {path})")
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{given!r}: not a readable .npz file (not a zip archive; write it with numpy.savez)")
+        raise ValueError(
+            f"{given!r}: not a readable .npz file (not a zip archive; write it with numpy.savez)"
+        )
     try:
         with np.load(path, allow_pickle=False) as arrays:
             names = set(arrays.files)
@@ -209,14 +216,22 @@ def _check_npz(path: Path, given: str) -> str:
             for xk, yk in pairs:
                 x, y = arrays[xk], arrays[yk]
                 if x.shape[0] != y.shape[0]:
-                    raise ValueError(f"{given!r}: {xk} has {x.shape[0]} samples but {yk} has {y.shape[0]}")
-                if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+                    raise ValueError(
+                        f"{given!r}: {xk} has {x.shape[0]} samples but {yk} has {y.shape[0]}"
+                    )
+                if (
+                    y.ndim != 1
+                    or not np.issubdtype(y.dtype, np.integer)
+                    or (y.size and y.min() < 0)
+                ):
                     raise ValueError(f"{given!r}: {yk} must be a 1-D array of class ids 0, 1, ...")
                 if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
                     raise ValueError(f"{given!r}: {xk} must be numeric, it is {x.dtype}")
                 k = npz_kind(x.ndim, np.issubdtype(x.dtype, np.integer))
                 if kind is not None and (k != kind or x.shape[1:] != arrays["x"].shape[1:]):
-                    raise ValueError(f"{given!r}: x_val's samples have shape {x.shape[1:]}, x's {arrays['x'].shape[1:]}")
+                    raise ValueError(
+                        f"{given!r}: x_val's samples have shape {x.shape[1:]}, x's {arrays['x'].shape[1:]}"
+                    )
                 kind = k
             if arrays["x"].shape[0] < 2:
                 raise ValueError(f"{given!r}: x needs at least 2 samples")

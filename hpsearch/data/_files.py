@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.data import _catalog
 
@@ -26,14 +27,24 @@ def load_npz(path: Path, *, options: Mapping[str, Any], seed: int) -> DataSplit:
     kind = _catalog.describe({"path": str(path)}).kind  # checks the file, as at study load
     with np.load(path, allow_pickle=False) as arrays:
         data = {k: arrays[k] for k in ("x", "y", "x_val", "y_val") if k in arrays.files}
-    tensors = {k: _tensor(v, integer=(kind == "tokens" and k.startswith("x")) or k.startswith("y"))
-               for k, v in data.items()}
+    tensors = {
+        k: _tensor(v, integer=(kind == "tokens" and k.startswith("x")) or k.startswith("y"))
+        for k, v in data.items()
+    }
     info: dict[str, Any] = {"kind": kind, "source": str(path)}
     if kind == "tokens":
-        info["vocab_size"] = int(max(int(t.max()) for k, t in tensors.items() if k.startswith("x")) + 1)
+        info["vocab_size"] = int(
+            max(int(t.max()) for k, t in tensors.items() if k.startswith("x")) + 1
+        )
     return classification_split(
-        path.stem, tensors["x"], tensors["y"], options=options, seed=seed, info=info,
-        x_val=tensors.get("x_val"), y_val=tensors.get("y_val"),
+        path.stem,
+        tensors["x"],
+        tensors["y"],
+        options=options,
+        seed=seed,
+        info=info,
+        x_val=tensors.get("x_val"),
+        y_val=tensors.get("y_val"),
     )
 
 
@@ -48,7 +59,9 @@ def load_text(path: Path, *, options: Mapping[str, Any], seed: int) -> DataSplit
     from hpsearch.data._text import corpus_split
 
     _catalog.describe({"path": str(path)})
-    return corpus_split(path.stem, path.read_text(encoding="utf-8"), options=options, seed=seed, source=str(path))
+    return corpus_split(
+        path.stem, path.read_text(encoding="utf-8"), options=options, seed=seed, source=str(path)
+    )
 
 
 def load_function(ref: str, *, seed: int, source: Path | None) -> DataSplit:
@@ -79,9 +92,15 @@ def materialise(result: Any, *, name: str, seed: int) -> DataSplit:
     if isinstance(result, Mapping):
         x = torch.as_tensor(result["x"])
         kind = _catalog.npz_kind(x.ndim, not x.is_floating_point())
-        arrays = {k: torch.as_tensor(v) for k, v in result.items() if k in ("x", "y", "x_val", "y_val")}
+        arrays = {
+            k: torch.as_tensor(v) for k, v in result.items() if k in ("x", "y", "x_val", "y_val")
+        }
         return _from_tensors(name, arrays, kind=kind, seed=seed)
-    if isinstance(result, tuple) and len(result) == 2 and all(hasattr(d, "__getitem__") for d in result):
+    if (
+        isinstance(result, tuple)
+        and len(result) == 2
+        and all(hasattr(d, "__getitem__") for d in result)
+    ):
         (x, y), (x_val, y_val) = _stack(result[0], name), _stack(result[1], name)
         arrays = {"x": x, "y": y, "x_val": x_val, "y_val": y_val}
     elif hasattr(result, "__getitem__") and hasattr(result, "__len__"):
@@ -101,11 +120,19 @@ def _from_tensors(name: str, arrays: dict[str, Any], *, kind: str, seed: int) ->
 
     info: dict[str, Any] = {"kind": kind, "source": name}
     if kind == "tokens":
-        info["vocab_size"] = int(max(int(arrays[k].max()) for k in ("x", "x_val") if k in arrays) + 1)
+        info["vocab_size"] = int(
+            max(int(arrays[k].max()) for k in ("x", "x_val") if k in arrays) + 1
+        )
     return classification_split(
-        name, arrays["x"] if kind == "tokens" else arrays["x"].float(), arrays["y"].long(),
-        options={}, seed=seed, info=info,
-        x_val=None if "x_val" not in arrays else (arrays["x_val"] if kind == "tokens" else arrays["x_val"].float()),
+        name,
+        arrays["x"] if kind == "tokens" else arrays["x"].float(),
+        arrays["y"].long(),
+        options={},
+        seed=seed,
+        info=info,
+        x_val=None
+        if "x_val" not in arrays
+        else (arrays["x_val"] if kind == "tokens" else arrays["x_val"].float()),
         y_val=None if "y_val" not in arrays else arrays["y_val"].long(),
     )
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import collections
 import functools
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -28,9 +29,26 @@ if TYPE_CHECKING:
 
 #: Pure-Python standard-library modules whose source is the "code" class of docs-or-code.
 CODE_MODULES = (
-    "argparse", "bisect", "calendar", "csv", "dataclasses", "difflib", "enum", "fractions",
-    "functools", "heapq", "json.decoder", "json.encoder", "pprint", "shlex", "statistics",
-    "string", "textwrap", "configparser", "tokenize", "inspect",
+    "argparse",
+    "bisect",
+    "calendar",
+    "csv",
+    "dataclasses",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "json.decoder",
+    "json.encoder",
+    "pprint",
+    "shlex",
+    "statistics",
+    "string",
+    "textwrap",
+    "configparser",
+    "tokenize",
+    "inspect",
 )
 
 MAX_VOCAB = 255
@@ -85,7 +103,9 @@ class CharVocab:
         return "".join(self.chars[i - 1] if 0 < i <= len(self.chars) else "\ufffd" for i in ids)
 
 
-def corpus_split(name: str, text: str, *, options: Mapping[str, Any], seed: int, source: str) -> DataSplit:
+def corpus_split(
+    name: str, text: str, *, options: Mapping[str, Any], seed: int, source: str
+) -> DataSplit:
     """A language-model split: the text cut into blocks of ``block`` characters.
 
     Options: ``max_chars`` (use only the first ones), ``block`` (default 257: 256 inputs,
@@ -102,12 +122,22 @@ def corpus_split(name: str, text: str, *, options: Mapping[str, Any], seed: int,
     if n_blocks < 2:
         raise ValueError(f"{name}: {len(text)} characters make fewer than 2 blocks of {block}")
     blocks = ids[: n_blocks * block].view(n_blocks, block)
-    train, val = split_indices(n_blocks, val_fraction=float(options.get("val_fraction", 0.1)), seed=seed)
+    train, val = split_indices(
+        n_blocks, val_fraction=float(options.get("val_fraction", 0.1)), seed=seed
+    )
     return DataSplit(
-        name, blocks[train], None, blocks[val], None,
+        name,
+        blocks[train],
+        None,
+        blocks[val],
+        None,
         info={
-            "task": "language_model", "kind": "tokens", "input_shape": (block,),
-            "vocab_size": vocab.size, "vocab": vocab.chars, "source": source,
+            "task": "language_model",
+            "kind": "tokens",
+            "input_shape": (block,),
+            "vocab_size": vocab.size,
+            "vocab": vocab.chars,
+            "source": source,
             "n_chars": int(n_blocks * block),
         },
     )
@@ -142,9 +172,15 @@ def docs_or_code(options: Mapping[str, Any], seed: int) -> DataSplit:
     x = torch.stack(xs)
     y = torch.tensor(ys, dtype=torch.long)
     return classification_split(
-        "docs-or-code", x, y, options=options, seed=seed,
+        "docs-or-code",
+        x,
+        y,
+        options=options,
+        seed=seed,
         info={
-            "kind": "tokens", "vocab_size": vocab.size, "vocab": vocab.chars,
+            "kind": "tokens",
+            "vocab_size": vocab.size,
+            "vocab": vocab.chars,
             "classes": ["documentation", "code"],
             "source": "pydoc_data.topics vs. the source of " + ", ".join(CODE_MODULES),
         },

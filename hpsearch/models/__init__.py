@@ -31,5 +31,7 @@ def get_family(name: str) -> ModelFamily:
     try:
         module, cls = _FAMILIES[name].split(":")
     except KeyError:
-        raise KeyError(f"unknown model family {name!r} (built-in: {', '.join(_FAMILIES)})") from None
+        raise KeyError(
+            f"unknown model family {name!r} (built-in: {', '.join(_FAMILIES)})"
+        ) from None
     return getattr(importlib.import_module(module), cls)()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.models._base import ModelFamily
 
@@ -23,8 +24,12 @@ class CNNFamily(ModelFamily):
 
     name = "cnn"
     defaults = {
-        "n_blocks": 2, "channels": 32, "kernel_size": 3, "dense_units": 64,
-        "dropout": 0.0, "batch_norm": False,
+        "n_blocks": 2,
+        "channels": 32,
+        "kernel_size": 3,
+        "dense_units": 64,
+        "dropout": 0.0,
+        "batch_norm": False,
     }
 
     def build(self, params: Mapping[str, Any], data: DataSplit) -> torch.nn.Module:

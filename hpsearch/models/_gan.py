@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.models._base import ModelFamily
 
@@ -27,8 +28,13 @@ class GANFamily(ModelFamily):
     name = "gan"
     trainer = "gan"
     defaults = {
-        "latent_dim": 64, "g_hidden": 256, "g_layers": 2, "d_hidden": 256, "d_layers": 2,
-        "d_dropout": 0.3, "batch_norm": True,
+        "latent_dim": 64,
+        "g_hidden": 256,
+        "g_layers": 2,
+        "d_hidden": 256,
+        "d_layers": 2,
+        "d_dropout": 0.3,
+        "batch_norm": True,
     }
 
     def build(self, params: Mapping[str, Any], data: DataSplit) -> torch.nn.Module:
@@ -55,9 +61,12 @@ class GANFamily(ModelFamily):
         width = size
         for _ in range(int(self.param(params, "d_layers"))):
             hidden = int(self.param(params, "d_hidden"))
-            d_layers += [nn.Linear(width, hidden), nn.LeakyReLU(0.2), nn.Dropout(float(self.param(params, "d_dropout")))]
+            d_layers += [
+                nn.Linear(width, hidden),
+                nn.LeakyReLU(0.2),
+                nn.Dropout(float(self.param(params, "d_dropout"))),
+            ]
             width = hidden
         d_layers.append(nn.Linear(width, 1))
 
         return GAN(nn.Sequential(*g_layers), nn.Sequential(*d_layers), latent, shape)
-

@@ -68,8 +68,15 @@ class SequenceClassifier(nn.Module):
     CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
     def __init__(
-        self, data: DataSplit, *, cell: str, input_size: int, hidden_size: int,
-        num_layers: int, bidirectional: bool, dropout: float,
+        self,
+        data: DataSplit,
+        *,
+        cell: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int,
+        bidirectional: bool,
+        dropout: float,
     ) -> None:
         super().__init__()
         if cell not in self.CELLS:
@@ -77,12 +84,19 @@ class SequenceClassifier(nn.Module):
         self.bidirectional = bidirectional
         self.embed = sequence_input(data, input_size)
         self.rnn = self.CELLS[cell](
-            input_size, hidden_size, num_layers=num_layers, batch_first=True,
-            bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0,
+            input_size,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
         )
         self.head = nn.Sequential(
             nn.Dropout(dropout),
-            nn.Linear(hidden_size * (2 if bidirectional else 1), class_outputs(int(data.info["n_classes"]))),
+            nn.Linear(
+                hidden_size * (2 if bidirectional else 1),
+                class_outputs(int(data.info["n_classes"])),
+            ),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -95,11 +109,18 @@ class SequenceClassifier(nn.Module):
 class LanguageModel(nn.Module):
     """embedding -> LSTM -> dense over the vocabulary: ``(B, T)`` ids to ``(B, T, V)`` logits."""
 
-    def __init__(self, vocab: int, embedding: int, hidden: int, layers: int, dropout: float) -> None:
+    def __init__(
+        self, vocab: int, embedding: int, hidden: int, layers: int, dropout: float
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, embedding)
-        self.lstm = nn.LSTM(embedding, hidden, num_layers=layers, batch_first=True,
-                            dropout=dropout if layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            embedding,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, vocab)
 
@@ -111,7 +132,13 @@ class LanguageModel(nn.Module):
 class GAN(nn.Module):
     """The two networks of a GAN, trained by :class:`hpsearch.training.GANTrainer`."""
 
-    def __init__(self, generator: nn.Module, discriminator: nn.Module, latent_dim: int, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        generator: nn.Module,
+        discriminator: nn.Module,
+        latent_dim: int,
+        shape: tuple[int, ...],
+    ) -> None:
         super().__init__()
         self.generator = generator
         self.discriminator = discriminator

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.models._base import ModelFamily
 
@@ -29,7 +30,10 @@ class LSTMFamily(ModelFamily):
 
     name = "lstm"
     defaults = {
-        "embedding_dim": 64, "hidden_size": 128, "num_layers": 1, "dropout": 0.0,
+        "embedding_dim": 64,
+        "hidden_size": 128,
+        "num_layers": 1,
+        "dropout": 0.0,
         "bidirectional": False,
     }
 
@@ -43,6 +47,11 @@ class LSTMFamily(ModelFamily):
         if data.task == "language_model":
             return LanguageModel(int(data.info["vocab_size"]), embedding, hidden, layers, dropout)
         return SequenceClassifier(
-            data, cell="lstm", input_size=embedding, hidden_size=hidden, num_layers=layers,
-            bidirectional=bool(self.param(params, "bidirectional")), dropout=dropout,
+            data,
+            cell="lstm",
+            input_size=embedding,
+            hidden_size=hidden,
+            num_layers=layers,
+            bidirectional=bool(self.param(params, "bidirectional")),
+            dropout=dropout,
         )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.models._base import ModelFamily
 
@@ -23,8 +24,12 @@ class RNNFamily(ModelFamily):
 
     name = "rnn"
     defaults = {
-        "cell": "gru", "embedding_dim": 32, "hidden_size": 64, "num_layers": 1,
-        "bidirectional": False, "dropout": 0.0,
+        "cell": "gru",
+        "embedding_dim": 32,
+        "hidden_size": 64,
+        "num_layers": 1,
+        "bidirectional": False,
+        "dropout": 0.0,
     }
 
     def build(self, params: Mapping[str, Any], data: DataSplit) -> torch.nn.Module:
@@ -32,9 +37,13 @@ class RNNFamily(ModelFamily):
 
         cell = str(self.param(params, "cell"))
         if cell not in ("rnn", "gru"):
-            raise ValueError(f"rnn: cell must be rnn or gru (model: lstm is the LSTM), got {cell!r}")
+            raise ValueError(
+                f"rnn: cell must be rnn or gru (model: lstm is the LSTM), got {cell!r}"
+            )
         return SequenceClassifier(
-            data, cell=cell, input_size=int(self.param(params, "embedding_dim")),
+            data,
+            cell=cell,
+            input_size=int(self.param(params, "embedding_dim")),
             hidden_size=int(self.param(params, "hidden_size")),
             num_layers=int(self.param(params, "num_layers")),
             bidirectional=bool(self.param(params, "bidirectional")),

@@ -17,16 +17,31 @@ from typing import Any
 CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
     "cnn": ("cnn", {"name": "digits", "limit": 600}, {"lr": 3e-3}, 4),
     "rnn": ("rnn", {"name": "digits-seq", "limit": 800}, {"lr": 1e-2}, 5),
-    "rnn-text": ("rnn", {"name": "docs-or-code", "per_class": 600}, {"lr": 1e-2, "hidden_size": 32}, 4),
+    "rnn-text": (
+        "rnn",
+        {"name": "docs-or-code", "per_class": 600},
+        {"lr": 1e-2, "hidden_size": 32},
+        4,
+    ),
     "lstm": ("lstm", {"name": "digits-seq", "limit": 800}, {"lr": 1e-2, "hidden_size": 64}, 5),
-    "lstm-text": ("lstm", {"name": "python-docs", "max_chars": 40000}, {"lr": 1e-2, "hidden_size": 64, "embedding_dim": 32}, 3),
+    "lstm-text": (
+        "lstm",
+        {"name": "python-docs", "max_chars": 40000},
+        {"lr": 1e-2, "hidden_size": 64, "embedding_dim": 32},
+        3,
+    ),
     "gan": ("gan", "digits", {"batch_size": 32}, 25),
 }
 
 
 def train_briefly(
-    case: str, precision: str = "fp32", *, rank: int = 0, world_size: int = 1,
-    epochs: int | None = None, device: str = "cpu",
+    case: str,
+    precision: str = "fp32",
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    epochs: int | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Train ``CASES[case]``; return ``{"epochs": [metrics per epoch], "before": metrics}``."""
     import torch
@@ -40,8 +55,15 @@ def train_briefly(
     family = get_family(name)
     torch.manual_seed(0)
     trainer = make_trainer(
-        family, family.build(params, data), params, data, device=torch.device(device),
-        precision=precision, seed=0, rank=rank, world_size=world_size,
+        family,
+        family.build(params, data),
+        params,
+        data,
+        device=torch.device(device),
+        precision=precision,
+        seed=0,
+        rank=rank,
+        world_size=world_size,
     )
     out: dict[str, Any] = {"before": trainer.evaluate(data), "epochs": []}
     for epoch in range(1, (epochs or n_epochs) + 1):
@@ -75,7 +97,10 @@ def ddp_rank(rank: int, world_size: int, port: int, out_dir: str, cases: list[st
         for case in cases:
             run = train_briefly(case, rank=rank, world_size=world_size, epochs=2)
             results[case] = {
-                "epochs": [{k: v for k, v in m.items() if isinstance(v, float) and math.isfinite(v)} for m in run["epochs"]],
+                "epochs": [
+                    {k: v for k, v in m.items() if isinstance(v, float) and math.isfinite(v)}
+                    for m in run["epochs"]
+                ],
                 "checksum": _checksum(run["trainer"]),
             }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))

@@ -71,7 +71,7 @@ def sleepy(trial: optuna.Trial) -> float:
 
 def _note(ctx: object, trial: optuna.Trial, text: str) -> None:
     """Append a line to this rank's notes file in the study folder (for tests)."""
-    folder = getattr(ctx, "study_dir")
+    folder = ctx.study_dir
     rank = getattr(ctx, "rank", 0)
     with open(folder / f"notes-{trial.number}-rank{rank}.txt", "a") as f:
         f.write(text + "\n")
@@ -156,5 +156,7 @@ def runs_out_of_memory(trial: optuna.Trial) -> float:
     if trial.number % 2 == 0:
         import torch
 
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 15.77 GiB total capacity)")
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 15.77 GiB total capacity)"
+        )
     return x

@@ -116,4 +116,6 @@ def describe_device(device: torch.device) -> tuple[str, int]:
         return props.name, int(props.total_memory // (1024 * 1024))
     import psutil
 
-    return platform.processor() or platform.machine(), int(psutil.virtual_memory().total // (1024 * 1024))
+    return platform.processor() or platform.machine(), int(
+        psutil.virtual_memory().total // (1024 * 1024)
+    )

@@ -20,6 +20,7 @@ from hpsearch._threads import ordered_executor
 
 log = logging.getLogger(__name__)
 
+
 def _writer() -> ThreadPoolExecutor:
     """One writer thread per process: checkpoints land in the order they were taken."""
     return ordered_executor("hpsearch-checkpoint")
@@ -95,7 +96,9 @@ class CheckpointStore:
             return None
         try:
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
-        except Exception as exc:  # a digest collision is unlikely; a torch format error is not fatal
+        except (
+            Exception
+        ) as exc:  # a digest collision is unlikely; a torch format error is not fatal
             log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
             return None
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.training._amp import autocast
 from hpsearch.training._loop import Trainer, make_optimizer
@@ -79,7 +80,9 @@ class GANTrainer(Trainer):
 
     loss_keys = ("g_loss", "d_loss")
 
-    def __init__(self, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any) -> None:
+    def __init__(
+        self, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any
+    ) -> None:
         import torch
 
         super().__init__(params, **kwargs)
@@ -89,9 +92,13 @@ class GANTrainer(Trainer):
         self.generator = self._ddp(model.generator)
         self.discriminator = self._ddp(model.discriminator)
         lr = float(params.get("lr", 2e-4))
-        self.opt_g = make_optimizer(self.generator.parameters(), {**params, "lr": lr}, betas=(0.5, 0.999))
+        self.opt_g = make_optimizer(
+            self.generator.parameters(), {**params, "lr": lr}, betas=(0.5, 0.999)
+        )
         self.opt_d = make_optimizer(
-            self.discriminator.parameters(), {**params, "lr": float(params.get("lr_d", lr))}, betas=(0.5, 0.999)
+            self.discriminator.parameters(),
+            {**params, "lr": float(params.get("lr_d", lr))},
+            betas=(0.5, 0.999),
         )
         self.smoothing = float(params.get("label_smoothing", 0.0))
         self.d_steps = int(params.get("d_steps", 1))
@@ -123,10 +130,12 @@ class GANTrainer(Trainer):
         for idx in self._batches(self.x_train.shape[0], epoch):
             real = self.x_train[idx].to(self.device, non_blocking=True)
             b = real.shape[0]
-            targets = torch.cat([
-                torch.full((b, 1), 1.0 - self.smoothing, device=self.device),
-                torch.zeros((b, 1), device=self.device),
-            ])
+            targets = torch.cat(
+                [
+                    torch.full((b, 1), 1.0 - self.smoothing, device=self.device),
+                    torch.zeros((b, 1), device=self.device),
+                ]
+            )
             for _ in range(self.d_steps):
                 self.opt_d.zero_grad(set_to_none=True)
                 with autocast(self.precision, self.device):
@@ -140,22 +149,35 @@ class GANTrainer(Trainer):
             no_sync = getattr(self.discriminator, "no_sync", contextlib.nullcontext)
             with no_sync(), autocast(self.precision, self.device):
                 fake_logits = self.discriminator(self.generator(self._noise(b, g))).float()
-                g_loss = F.binary_cross_entropy_with_logits(fake_logits, torch.ones_like(fake_logits))
+                g_loss = F.binary_cross_entropy_with_logits(
+                    fake_logits, torch.ones_like(fake_logits)
+                )
             self._step(g_loss, self.opt_g, self.generator.parameters(), None)
             self._update_scaler()
             with torch.no_grad():
                 p = torch.sigmoid(logits)
-                sums += torch.stack([
-                    d_loss.detach().double(), g_loss.detach().double(),
-                    p[:b].mean().double(), p[b:].mean().double(),
-                ]).cpu() * b
+                sums += (
+                    torch.stack(
+                        [
+                            d_loss.detach().double(),
+                            g_loss.detach().double(),
+                            p[:b].mean().double(),
+                            p[b:].mean().double(),
+                        ]
+                    ).cpu()
+                    * b
+                )
             n_seen += b
         seconds = time.perf_counter() - start
         *totals, n_all = self._sum(*sums.tolist(), float(n_seen))
         d_loss_m, g_loss_m, d_real, d_fake = (t / max(n_all, 1.0) for t in totals)
         return {
-            "d_loss": d_loss_m, "g_loss": g_loss_m, "d_real": d_real, "d_fake": d_fake,
-            "samples": n_all, "samples_per_s": n_all / seconds if seconds > 0 else 0.0,
+            "d_loss": d_loss_m,
+            "g_loss": g_loss_m,
+            "d_real": d_real,
+            "d_fake": d_fake,
+            "samples": n_all,
+            "samples_per_s": n_all / seconds if seconds > 0 else 0.0,
         }
 
     def generate(self, noise: torch.Tensor) -> torch.Tensor:
@@ -189,7 +211,9 @@ class GANTrainer(Trainer):
         zoom = max(1, 64 // max(h, w))
         x = x.repeat_interleave(zoom, 2).repeat_interleave(zoom, 3)
         h, w, pad = h * zoom, w * zoom, 2
-        grid = torch.full((c, GRID * (h + pad) + pad, GRID * (w + pad) + pad), 255, dtype=torch.uint8)
+        grid = torch.full(
+            (c, GRID * (h + pad) + pad, GRID * (w + pad) + pad), 255, dtype=torch.uint8
+        )
         for i in range(n):
             r, col = divmod(i, GRID)
             top, left = pad + r * (h + pad), pad + col * (w + pad)

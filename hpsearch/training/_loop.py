@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.training._amp import autocast, grad_scaler
 
@@ -37,7 +38,13 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 EVAL_CHUNK = 1024
 
 
-def make_optimizer(parameters: Any, params: Mapping[str, Any], *, lr: float = 1e-3, betas: tuple[float, float] | None = None) -> torch.optim.Optimizer:
+def make_optimizer(
+    parameters: Any,
+    params: Mapping[str, Any],
+    *,
+    lr: float = 1e-3,
+    betas: tuple[float, float] | None = None,
+) -> torch.optim.Optimizer:
     """``optimizer`` (adam), ``lr``, ``weight_decay`` (0), ``momentum`` (0.9, for sgd/rmsprop),
     ``beta1`` and ``beta2`` (Adam's, 0.9 and 0.999 unless the caller says otherwise)."""
     import torch
@@ -52,9 +59,13 @@ def make_optimizer(parameters: Any, params: Mapping[str, Any], *, lr: float = 1e
     if name == "adamw":
         return torch.optim.AdamW(parameters, lr=lr, betas=adam_betas, weight_decay=wd)
     if name == "sgd":
-        return torch.optim.SGD(parameters, lr=lr, momentum=float(params.get("momentum", 0.9)), weight_decay=wd)
+        return torch.optim.SGD(
+            parameters, lr=lr, momentum=float(params.get("momentum", 0.9)), weight_decay=wd
+        )
     if name == "rmsprop":
-        return torch.optim.RMSprop(parameters, lr=lr, momentum=float(params.get("momentum", 0.0)), weight_decay=wd)
+        return torch.optim.RMSprop(
+            parameters, lr=lr, momentum=float(params.get("momentum", 0.0)), weight_decay=wd
+        )
     raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")
 
 
@@ -100,7 +111,9 @@ class Trainer(ABC):
             return module
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(module, device_ids=[self.device] if self.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            module, device_ids=[self.device] if self.device.type == "cuda" else None
+        )
 
     def _batches(self, n: int, epoch: int) -> list[torch.Tensor]:
         """This rank's share of each global batch of the epoch."""
@@ -122,11 +135,15 @@ class Trainer(ABC):
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        t = torch.tensor(
+            values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu"
+        )
         dist.all_reduce(t)
         return t.tolist()
 
-    def _step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters: Any, grad_clip: Any) -> None:
+    def _step(
+        self, loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters: Any, grad_clip: Any
+    ) -> None:
         """Backward, optional clipping, a (scaled) optimizer step; counts fp16 overflows."""
         import torch
 
@@ -171,7 +188,9 @@ class SupervisedTrainer(Trainer):
     norm) defaults to 1.0 for a language model, to none otherwise.
     """
 
-    def __init__(self, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any) -> None:
+    def __init__(
+        self, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any
+    ) -> None:
         super().__init__(params, **kwargs)
         self.model = self._ddp(model.to(self.device))
         self.language_model = data.task == "language_model"
@@ -190,7 +209,9 @@ class SupervisedTrainer(Trainer):
         """Inputs and next-token targets: each block cut into ``seq_len`` pieces."""
         length = blocks.shape[1] - 1
         if not 1 <= self.seq_len <= length:
-            raise ValueError(f"seq_len must be between 1 and {length} (the corpus blocks' length - 1), got {self.seq_len}")
+            raise ValueError(
+                f"seq_len must be between 1 and {length} (the corpus blocks' length - 1), got {self.seq_len}"
+            )
         n = length // self.seq_len
         used = n * self.seq_len
         x = blocks[:, :used].reshape(-1, self.seq_len)
@@ -202,9 +223,13 @@ class SupervisedTrainer(Trainer):
 
         out = out.float()
         if self.language_model:
-            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction)
+            return F.cross_entropy(
+                out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction=reduction
+            )
         if out.shape[-1] == 1:
-            return F.binary_cross_entropy_with_logits(out.squeeze(-1), y.float(), reduction=reduction)
+            return F.binary_cross_entropy_with_logits(
+                out.squeeze(-1), y.float(), reduction=reduction
+            )
         return F.cross_entropy(out, y, reduction=reduction)
 
     def _correct(self, out: Any, y: Any) -> Any:
@@ -277,7 +302,9 @@ class SupervisedTrainer(Trainer):
         self.skipped_steps = int(state.get("skipped_steps", 0))
 
 
-def make_trainer(family: Any, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any) -> Trainer:
+def make_trainer(
+    family: Any, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any
+) -> Trainer:
     """The trainer of ``family`` (``supervised`` or ``gan``) for ``model`` on ``data``."""
     if family.trainer == "gan":
         from hpsearch.training._gan import GANTrainer

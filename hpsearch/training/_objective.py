@@ -43,11 +43,20 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     if ctx.world_size > 1 and params.get("lr_scaling") == "linear":
         params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
     trainer = make_trainer(
-        family, model, params, data, device=device, precision=precision,
-        seed=seed * 7919 + trial.number, rank=ctx.rank, world_size=ctx.world_size,
+        family,
+        model,
+        params,
+        data,
+        device=device,
+        precision=precision,
+        seed=seed * 7919 + trial.number,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
     )
     keep = spec.objective.checkpoint_interval is not None
-    checkpoints = CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main and keep else None
+    checkpoints = (
+        CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main and keep else None
+    )
     state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
     first_epoch = 1
     history: dict[int, dict[str, float]] = {}
@@ -60,16 +69,18 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
             # (metric, step) pairs it already holds.
             ctx.log_metrics(logged, step=epoch)
     name, memory = describe_device(device)
-    ctx.set_tags({
-        "hpsearch.precision": precision,
-        "hpsearch.world_size": ctx.world_size,
-        "hpsearch.device_name": name,
-        "hpsearch.device_memory_mib": memory,
-        "hpsearch.task": data.task,
-        "hpsearch.n_train": data.n_train,
-        "hpsearch.n_val": data.n_val,
-        "hpsearch.resumed_from_epoch": first_epoch - 1,
-    })
+    ctx.set_tags(
+        {
+            "hpsearch.precision": precision,
+            "hpsearch.world_size": ctx.world_size,
+            "hpsearch.device_name": name,
+            "hpsearch.device_memory_mib": memory,
+            "hpsearch.task": data.task,
+            "hpsearch.n_train": data.n_train,
+            "hpsearch.n_val": data.n_val,
+            "hpsearch.resumed_from_epoch": first_epoch - 1,
+        }
+    )
     value = float("nan") if state is None else float(state["value"])
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
@@ -80,7 +91,9 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     return value
 
 
-def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict) -> float:  # type: ignore[no-untyped-def]
+def _epochs(
+    trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict
+) -> float:  # type: ignore[no-untyped-def]
     spec = ctx.spec
     metric = spec.metric
     interval = float(spec.objective.checkpoint_interval or 0.0)
@@ -92,11 +105,15 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
         train["epoch_s"] = time.perf_counter() - epoch_start
         for key in trainer.loss_keys:
             if not math.isfinite(train[key]):
-                raise TrialDiverged(f"{key} is {train[key]} at step {epoch}", step=epoch, value=train[key])
+                raise TrialDiverged(
+                    f"{key} is {train[key]} at step {epoch}", step=epoch, value=train[key]
+                )
         train.pop("samples", None)
         metrics = {**train, **val}
         if metric not in metrics:
-            raise KeyError(f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})")
+            raise KeyError(
+                f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
+            )
         value = metrics.pop(metric)
         ctx.log_metrics(metrics, step=epoch)  # a resumed trial's run skips the steps it holds
         history[epoch] = metrics
@@ -107,7 +124,14 @@ def _epochs(trial, ctx, trainer, data, checkpoints, first_epoch: int, value: flo
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
         if checkpoints is not None and now - last_checkpoint >= interval:
-            checkpoints.save({"epoch": epoch, "value": value, "trainer": trainer.state_dict(), "metrics": history})
+            checkpoints.save(
+                {
+                    "epoch": epoch,
+                    "value": value,
+                    "trainer": trainer.state_dict(),
+                    "metrics": history,
+                }
+            )
             last_checkpoint = now
     return value
 

@@ -26,7 +26,7 @@ def main() -> None:
     # trial, not the start-up, and the trial's threads (MLflow's writer among them) never
     # race each other importing the same modules.
     import mlflow  # noqa: F401
-    import torch  # noqa: F401
+    import torch
     import torch.distributed  # noqa: F401
 
     import hpsearch.tracking

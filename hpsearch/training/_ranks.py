@@ -59,7 +59,9 @@ class RankFailure:
 
 
 class _RankProcess:
-    def __init__(self, popen: subprocess.Popen[bytes], conn: Connection, key: tuple[str, int, int]) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], conn: Connection, key: tuple[str, int, int]
+    ) -> None:
         self.popen = popen
         self.conn = conn
         self.key = key
@@ -102,28 +104,37 @@ class RankPool:
     def _start(self, kind: str, device_id: int, threads: int) -> _RankProcess:
         env = dict(os.environ)
         host, port = self._listener.address
-        env.update({
-            ENV_ADDRESS: f"{host}:{port}",
-            ENV_AUTHKEY: self._authkey.hex(),
-            ENV_PARENT: str(os.getpid()),
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "HPSEARCH_THREADS": str(threads),
-        })
+        env.update(
+            {
+                ENV_ADDRESS: f"{host}:{port}",
+                ENV_AUTHKEY: self._authkey.hex(),
+                ENV_PARENT: str(os.getpid()),
+                "OMP_NUM_THREADS": str(threads),
+                "MKL_NUM_THREADS": str(threads),
+                "HPSEARCH_THREADS": str(threads),
+            }
+        )
         if kind == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = str(device_id)
         popen = subprocess.Popen(
             [sys.executable, "-m", "hpsearch.training._rank_main"],
-            env=env, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         with self._cond:
             while popen.pid not in self._arrived:
                 if popen.poll() is not None:
-                    raise RuntimeError(f"rank process for {kind}:{device_id} exited with {popen.returncode} at start")
+                    raise RuntimeError(
+                        f"rank process for {kind}:{device_id} exited with {popen.returncode} at start"
+                    )
                 if time.monotonic() > deadline:
                     popen.kill()
-                    raise RuntimeError(f"rank process for {kind}:{device_id} did not start in {START_TIMEOUT_S:.0f} s")
+                    raise RuntimeError(
+                        f"rank process for {kind}:{device_id} did not start in {START_TIMEOUT_S:.0f} s"
+                    )
                 self._cond.wait(0.2)
             conn = self._arrived.pop(popen.pid)
         return _RankProcess(popen, conn, (kind, device_id, threads))
@@ -150,12 +161,22 @@ class RankPool:
         with self._lock:
             return [p.popen.pid for p in self._procs.values() if p.alive()]
 
-    def run(self, payload: dict[str, Any], *, kind: str, device_ids: list[int], threads: int, timeout: float | None = None) -> tuple[Any, RankFailure | None]:
+    def run(
+        self,
+        payload: dict[str, Any],
+        *,
+        kind: str,
+        device_ids: list[int],
+        threads: int,
+        timeout: float | None = None,
+    ) -> tuple[Any, RankFailure | None]:
         """Run one trial on the ranks of ``device_ids``; return rank 0's result, or the failure."""
         procs = [self._get(kind, d, threads) for d in device_ids]
         port = _free_port()
         for rank, proc in enumerate(procs):
-            proc.conn.send(("trial", {**payload, "rank": rank, "world_size": len(procs), "master_port": port}))
+            proc.conn.send(
+                ("trial", {**payload, "rank": rank, "world_size": len(procs), "master_port": port})
+            )
         pending = {proc.conn: rank for rank, proc in enumerate(procs)}
         result: Any = None
         failure: RankFailure | None = None
@@ -179,9 +200,15 @@ class RankPool:
                 if not procs[rank].alive() and conn not in ready:
                     pending.pop(conn)
                     if failure is None:
-                        failure = RankFailure(rank, f"rank {rank} died ({_exit_text(procs[rank].popen)})")
+                        failure = RankFailure(
+                            rank, f"rank {rank} died ({_exit_text(procs[rank].popen)})"
+                        )
             now = time.monotonic()
-            if failure is not None or (grace_end is not None and now > grace_end and pending) or (deadline is not None and now > deadline):
+            if (
+                failure is not None
+                or (grace_end is not None and now > grace_end and pending)
+                or (deadline is not None and now > deadline)
+            ):
                 if failure is None and deadline is not None and now > deadline:
                     failure = RankFailure(-1, f"timed out after {timeout:g} s")
                 if pending or failure is not None:
