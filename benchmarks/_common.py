@@ -23,7 +23,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
         [f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in cells
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
@@ -31,4 +34,5 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def machine() -> str:
     import os
 
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -114,7 +114,8 @@ def main() -> None:
         )
         print(f"done: {ranks} rank(s)", file=sys.stderr)
     print(
-        f"\nCNN (16/32 channels) on digits 28x28, global batch 64, {args.epochs} epochs, {args.n_trials} trials one at a time, 2 CPU slots — {machine()}\n"
+        f"\nCNN (16/32 channels) on digits 28x28, global batch 64, {args.epochs} epochs, "
+        f"{args.n_trials} trials one at a time, 2 CPU slots — {machine()}\n"
     )
     print(
         table(

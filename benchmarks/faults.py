@@ -121,9 +121,13 @@ def _most_advanced(study, client):
     best = None
     for t in running:
         for address, keys in processing.items():
-            if any(f"-trial-{t.number}-" in str(k) for k in keys) and t.intermediate_values:
-                if best is None or len(t.intermediate_values) > len(best[0].intermediate_values):
-                    best = (t, address)
+            ours = any(f"-trial-{t.number}-" in str(k) for k in keys)
+            if (
+                ours
+                and t.intermediate_values
+                and (best is None or len(t.intermediate_values) > len(best[0].intermediate_values))
+            ):
+                best = (t, address)
     return best
 
 
@@ -192,8 +196,10 @@ def main() -> None:
             )
         )
     print(
-        f"\nFaults — {args.n_trials} CNN trials x {args.epochs} epochs on {SLOTS} worker processes, "
-        f"a worker SIGKILLed every {args.every:g} s ({args.kills} times; the most advanced trial's); {machine()}\n"
+        f"\nFaults — {args.n_trials} CNN trials x {args.epochs} epochs "
+        f"on {SLOTS} worker processes, "
+        f"a worker SIGKILLed every {args.every:g} s ({args.kills} times; "
+        f"the most advanced trial's); {machine()}\n"
     )
     print(
         table(

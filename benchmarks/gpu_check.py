@@ -230,7 +230,8 @@ def family_rows() -> list[tuple]:
                 (
                     f"{case}, {precision}",
                     f"{key} {last[key]:.3f}",
-                    f"{last['samples_per_s']:.0f} samples/s, skipped fp16 steps {run['trainer'].skipped_steps}",
+                    f"{last['samples_per_s']:.0f} samples/s, "
+                    f"skipped fp16 steps {run['trainer'].skipped_steps}",
                 )
             )
     return rows
@@ -256,7 +257,8 @@ def main() -> None:
     rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
     names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))
     print(
-        f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, CUDA {torch.version.cuda}\n"
+        f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}\n"
     )
     print(table(["check", "result", "detail"], rows))
 

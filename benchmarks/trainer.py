@@ -231,7 +231,9 @@ def main() -> None:
     flush()
     ckpt = "default" if args.checkpoint_interval is None else f"{args.checkpoint_interval:g} s"
     print(
-        f"\nCNN on digits, batch {PARAMS['batch_size']}, {args.epochs} epochs, {args.threads} thread(s), checkpoint interval {ckpt}, median of {args.repeats} — {machine()}\n"
+        f"\nCNN on digits, batch {PARAMS['batch_size']}, {args.epochs} epochs, "
+        f"{args.threads} thread(s), checkpoint interval {ckpt}, median of {args.repeats} "
+        f"— {machine()}\n"
     )
     print(
         table(

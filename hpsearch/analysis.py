@@ -58,7 +58,7 @@ def best_trial(
     run = (runs or {}).get(best.number)
     return BestTrial(
         best.number,
-        float(best.value),
+        float(best.values[0]),
         dict(best.params),
         run.info.run_id if run is not None else None,
         metric,
@@ -117,8 +117,9 @@ def plot_history(study: optuna.Study, *, metric: str) -> Figure:
     ]
     maximize = study.direction.name == "MAXIMIZE"
     xs = [t.number for t in done]
-    ys = [t.value for t in done]
-    best, run = [], None
+    ys = [float(t.value) for t in done if t.value is not None]
+    best: list[float] = []
+    run: float | None = None
     for y in ys:
         run = y if run is None else (max(run, y) if maximize else min(run, y))
         best.append(run)
@@ -197,12 +198,12 @@ def plot_parallel_coordinate(study: optuna.Study, *, metric: str) -> Figure:
         ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
         ax.set_axis_off()
         return fig
-    columns = names + [metric]
+    columns = [*names, metric]
 
     def scaled(name: str) -> list[float]:
         raw = [t.params.get(name) if name != metric else t.value for t in done]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
-            vals = [float(v) for v in raw]
+            vals = [float(v) for v in raw if isinstance(v, (int, float))]
             log = name != metric and min(vals) > 0 and max(vals) / min(vals) > 100
             vals = [math.log10(v) for v in vals] if log else vals
         else:

@@ -307,7 +307,8 @@ class Coordinator:
             )
             return None
         log.warning(
-            "trial %d: its worker was lost (%d of %d retries); it runs again, from its last checkpoint if it has one",
+            "trial %d: its worker was lost (%d of %d retries); "
+            "it runs again, from its last checkpoint if it has one",
             info.number,
             losses,
             self.spec.search.max_retries,
@@ -393,7 +394,7 @@ class Coordinator:
                 retried = [self._retry(info, future, result) for info, future, result in ended]
                 ready[:0] = [item for item in retried if item is not None]
                 fill()
-                for (info, future, result), again in zip(ended, retried):
+                for (info, future, result), again in zip(ended, retried, strict=True):
                     if again is not None:
                         continue
                     outcome = self._outcome(info, future, result)
@@ -409,7 +410,7 @@ class Coordinator:
         return self.progress
 
     def interrupt(self, reason: str = "interrupted") -> None:
-        """Stop every trial in flight (or asked and waiting) and record it as failed with ``reason``."""
+        """Stop every trial in flight (or asked and waiting); record it as FAIL with ``reason``."""
         for item in self._pending:
             outcome = TrialOutcome(item.number, "FAIL", reason=reason)
             self._tell(_InFlight(item.number, item.trial_id, 0.0), outcome)
@@ -433,11 +434,11 @@ class Coordinator:
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The best complete trial, or ``None`` when no trial completed."""
     done = [
-        t
+        (t.value, t)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.value is not None and math.isfinite(t.value)
     ]
     if not done:
         return None
     pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(done, key=lambda t: t.value)
+    return pick(done, key=lambda pair: pair[0])[1]

@@ -1,4 +1,4 @@
-"""Data sets: the built-ins, the user's own files and functions, and one-line errors for bad ones."""
+"""Data sets: the built-ins, the user's own files and functions, one-line errors for bad ones."""
 
 from __future__ import annotations
 
@@ -244,7 +244,8 @@ def test_cli_names_the_study_file_for_a_bad_data_file(tmp_path):
 
     study = tmp_path / "mine.yaml"
     study.write_text(
-        "name: mine\nobjective: {model: rnn, dataset: {path: gone.npz}}\nspace: {lr: {type: float, low: 0.001, high: 0.01}}\n"
+        "name: mine\nobjective: {model: rnn, dataset: {path: gone.npz}}\n"
+        "space: {lr: {type: float, low: 0.001, high: 0.01}}\n"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "hpsearch.cli", "validate", str(study)],

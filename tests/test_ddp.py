@@ -150,7 +150,7 @@ def test_a_killed_worker_leaves_no_rank_process(run_dir):
             time.sleep(0.2)
         assert len(ranks) == 2, "the trial runs on 2 rank processes"
         os.kill(worker_pid, signal.SIGKILL)
-        gone, alive = psutil.wait_procs(ranks, timeout=10)
+        _gone, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive, f"rank processes outlived their worker: {[p.pid for p in alive]}"
         thread.join(timeout=120)
         assert done.is_set(), "the study goes on after the kill"

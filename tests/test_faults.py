@@ -201,7 +201,7 @@ def test_a_killed_coordinator_resumes_where_it_stopped(tmp_path):
         assert len(children) >= 2, "the local cluster's worker processes"
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
-        gone, alive = psutil.wait_procs(children, timeout=30)
+        _gone, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, (
             f"worker processes outlived their coordinator: {[p.cmdline() for p in alive]}"
         )
@@ -266,7 +266,7 @@ def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_cl
         pid = int(run.data.tags["hpsearch.pid"])
         assert pid not in worker_pids, "a trial with a time limit runs in a process of its own"
         _wait(
-            lambda: (
+            lambda pid=pid: (
                 not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
             ),
             10,

@@ -71,7 +71,7 @@ def test_planner_rejects_bad_input():
 
 
 def test_one_worker_per_set_sees_only_its_gpus():
-    specs, plan = worker_specs(gpus=[0, 1, 2, 3, 4, 5, 6, 7], gpus_per_trial=2, n_cores=16)
+    specs, _plan = worker_specs(gpus=[0, 1, 2, 3, 4, 5, 6, 7], gpus_per_trial=2, n_cores=16)
     assert len(specs) == 4
     seen = []
     for spec in specs.values():
@@ -101,7 +101,7 @@ def test_mixed_sizes_get_one_leasing_worker():
 
 
 def test_cpu_slots_layout():
-    specs, plan = worker_specs(gpus=None, gpus_per_trial=1, n_cores=2)
+    specs, _plan = worker_specs(gpus=None, gpus_per_trial=1, n_cores=2)
     assert [s["options"]["resources"] for s in specs.values()] == [{"SLOT": 1}, {"SLOT": 1}]
     assert [s["options"]["env"]["HPSEARCH_DEVICE_IDS"] for s in specs.values()] == ["0", "1"]
     assert all("CUDA_VISIBLE_DEVICES" not in s["options"]["env"] for s in specs.values())
@@ -151,7 +151,7 @@ def test_allocator_prefers_linked_devices():
 
 
 def test_discovery_parsing_and_visible_devices():
-    text = "0, NVIDIA A100-SXM4-80GB, 81920, GPU-aaa\n1, NVIDIA A100-SXM4-80GB, 81920, GPU-bbb\n2, NVIDIA A100-SXM4-80GB, 81920, GPU-ccc\n"
+    text = "".join(f"{i}, NVIDIA A100-SXM4-80GB, 81920, GPU-{c * 3}\n" for i, c in enumerate("abc"))
     gpus = parse_nvidia_smi(text)
     assert [g.index for g in gpus] == [0, 1, 2] and gpus[0].memory_mib == 81920
     assert [g.index for g in _visible_filter(gpus, "2,0")] == [2, 0]
@@ -184,7 +184,7 @@ def test_capacity_check_says_what_is_missing():
     cap = Capacity("GPU", {"tcp://a": 2.0, "tcp://b": 2.0})
     assert cap.concurrent_trials(1) == 4 and cap.concurrent_trials(2) == 2
     cap.check(2)
-    with pytest.raises(ClusterError, match="gpus_per_trial=4.*GPU=2") as err:
+    with pytest.raises(ClusterError, match=r"gpus_per_trial=4.*GPU=2") as err:
         cap.check(4)
     assert err.value.needed == 4 and err.value.found == 2
     with pytest.raises(ClusterError, match="no workers"):

@@ -1,7 +1,8 @@
-"""The multi-node path on one machine: a `dask scheduler`, `hpsearch worker` and plain `dask worker`."""
+"""Multi-node on one machine: a `dask scheduler`, `hpsearch worker` and plain `dask worker`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -37,10 +38,8 @@ def _wait_workers(address: str, n: int, timeout: float = 90) -> dict:
 def stop_processes(procs: list[subprocess.Popen]) -> None:
     """SIGTERM each process group (the last started first), then SIGKILL what is left after 20 s."""
     for p in reversed(procs):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     for p in procs:
         try:
             p.wait(20)

@@ -142,4 +142,4 @@ def test_a_missing_credential_variable_is_one_line(run_dir, monkeypatch):
     with pytest.raises(
         SpecError, match=r"^storage: the environment variable HPS_NOT_SET is not set"
     ):
-        Study(spec, run_dir=run_dir).storage_url
+        _ = Study(spec, run_dir=run_dir).storage_url

@@ -38,28 +38,28 @@ class Server:
         self.backend = f"sqlite:///{folder / 'mlflow.db'}"
 
     def start(self, timeout: float = 120.0) -> None:
-        log = open(self.folder / "server.log", "ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mlflow",
-                "server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--backend-store-uri",
-                self.backend,
-                "--artifacts-destination",
-                str(self.folder / "artifacts"),
-                "--workers",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.folder / "server.log", "ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mlflow",
+                    "server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--backend-store-uri",
+                    self.backend,
+                    "--artifacts-destination",
+                    str(self.folder / "artifacts"),
+                    "--workers",
+                    "1",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

@@ -137,7 +137,7 @@ def _free_port() -> int:
 
 
 def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
-    study, result, run_dir = finished
+    _study, result, run_dir = finished
     port = _free_port()
     env = {**os.environ}
     env.pop("MLFLOW_TRACKING_URI", None)
