@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 STATE_COLORS = {"COMPLETE": "#1f77b4", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#7f7f7f"}
-PLOTS = ("history", "intermediate_values", "importances", "parallel_coordinate")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 #: Seconds between two reads of the cluster's workers (see Coordinator._refresh_capacity).
 CAPACITY_REFRESH_S = 2.0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,12 +62,6 @@ def open_storage(url: str) -> BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     return optuna.storages.get_storage(url)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

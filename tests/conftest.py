@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import warnings
 
 import pytest
@@ -50,3 +51,10 @@ def mlflow_runs(uri: str, experiment: str):
 
 
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

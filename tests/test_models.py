@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import socket
 
 import pytest
 import torch
@@ -13,6 +12,8 @@ import torch
 from hpsearch.data import load_dataset
 from hpsearch.testing.families import CASES, train_briefly
 from hpsearch.training._gan import median_bandwidth, mmd2, to_unit_range
+
+from .conftest import free_port
 
 
 def majority_accuracy(data) -> float:
@@ -106,12 +107,6 @@ def test_lstm_under_cpu_bf16_autocast_runs_forward_and_backward():
     assert all(p.grad is not None for p in model.parameters())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_every_family_trains_with_two_gloo_ranks(tmp_path):
     import torch.multiprocessing as mp
@@ -119,7 +114,7 @@ def test_every_family_trains_with_two_gloo_ranks(tmp_path):
     from hpsearch.testing.families import ddp_rank
 
     cases = list(CASES)
-    mp.spawn(ddp_rank, args=(2, _free_port(), str(tmp_path), cases), nprocs=2, join=True)
+    mp.spawn(ddp_rank, args=(2, free_port(), str(tmp_path), cases), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for case in cases:
         zero, one = ranks[0][case], ranks[1][case]

@@ -12,7 +12,8 @@ from hpsearch import Study
 from hpsearch.exceptions import SpecError
 from hpsearch.testing import user_spec
 
-from .test_tracking_outage import Server, _free_port
+from .conftest import free_port
+from .test_tracking_outage import Server
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
 
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{database}_mlflow"')
-    server = Server(tmp_path, _free_port())
+    server = Server(tmp_path, free_port())
     server.backend = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}_mlflow"
     port = _port()
     address = f"tcp://127.0.0.1:{port}"

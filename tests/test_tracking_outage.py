@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,15 +16,9 @@ from optuna.trial import TrialState
 from hpsearch import Study
 from hpsearch.testing import user_spec
 
-from .conftest import mlflow_runs
+from .conftest import free_port, mlflow_runs
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -80,7 +73,7 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path):
-    srv = Server(tmp_path, _free_port())
+    srv = Server(tmp_path, free_port())
     srv.start()
     yield srv
     srv.stop()

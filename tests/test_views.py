@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import pytest
 
 from hpsearch import Study
 from hpsearch.testing import cnn_spec
+
+from .conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -130,15 +131,9 @@ def test_cli_views_of_a_study_that_has_not_run(tmp_path):
     assert "error:" in out.stderr and "Traceback" not in out.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
     _study, result, run_dir = finished
-    port = _free_port()
+    port = free_port()
     env = {**os.environ}
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.Popen(
