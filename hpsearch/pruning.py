@@ -87,9 +87,12 @@ def explain_prune(
 ) -> str:
     """Say why a trial was pruned, in one line.
 
-    Compares ``value`` with what the study's other trials reported at the same ``step``
-    (their count, median and best in the study's direction). Pure: it only reads
-    ``study.get_trials(deepcopy=False)``.
+    States the rule of the study's own pruner. Successive halving and Hyperband: whether the
+    trial is in the top ``1/reduction_factor`` of the values at its rung (in its bracket, for
+    Hyperband), with the rung's cut-off. Percentile: the percentile the pruner compares with.
+    Otherwise (median, or no rung reached): the median of what the other trials reported at
+    ``step``. Always with the count and the best value in the study's direction. It only
+    reads the study (``study.get_trials(deepcopy=False)`` and ``study.pruner``).
 
     Args:
         study: The (single-objective) study.
@@ -117,6 +120,14 @@ def explain_prune(
     from optuna.trial import TrialState
 
     number = trial if isinstance(trial, int) else trial.number
+    maximize = study.direction == StudyDirection.MAXIMIZE
+    head = f"{pruner_name} pruner at step {step}: {metric} {_fmt(value)}"
+    if pruner_name in _RUNG_BASED:
+        rung = _rung_explanation(study, number, value, maximize=maximize)
+        if rung is not None:
+            return (
+                f"{pruner_name} pruner at step {step} ({rung[0]}): {metric} {_fmt(value)} {rung[1]}"
+            )
     states = (
         (TrialState.COMPLETE,)
         if pruner_name in _FINISHED_ONLY
@@ -129,20 +140,107 @@ def explain_prune(
         and step in t.intermediate_values
         and not math.isnan(t.intermediate_values[step])
     ]
-    head = f"{pruner_name} pruner at step {step}: {metric} {_fmt(value)}"
     if not others:
         return f"{head}; no other trial has reported step {step} yet"
-    maximize = study.direction == StudyDirection.MAXIMIZE
-    median = statistics.median(others)
     best = max(others) if maximize else min(others)
-    if value == median:
+    percentile = _percentile_of(study) if pruner_name == "percentile" else None
+    if percentile is None:
+        label, bar = "the median", statistics.median(others)
+    else:
+        # Optuna's percentile pruner keeps the best (100 - p) %: for a maximised metric it
+        # compares with the (100 - p)th percentile, for a minimised one with the pth.
+        import numpy as np
+
+        q = 100.0 - percentile if maximize else percentile
+        label, bar = f"the {_ordinal(q)} percentile", float(np.percentile(others, q))
+    if value == bar:
         verdict = "equals"
-    elif (value < median) == maximize:
+    elif (value < bar) == maximize:
         verdict = "is worse than"
     else:
         verdict = "is better than"
     noun = "trial" if len(others) == 1 else "trials"
     return (
-        f"{head} {verdict} the median {_fmt(median)} of {len(others)} other {noun} "
+        f"{head} {verdict} {label} {_fmt(bar)} of {len(others)} other {noun} "
         f"at step {step} (best {_fmt(best)})"
     )
+
+
+def _ordinal(q: float) -> str:
+    n = int(q) if float(q).is_integer() else q
+    if isinstance(n, float):
+        return f"{n:g}th"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _rung_explanation(
+    study: optuna.Study, number: int, value: float, *, maximize: bool
+) -> tuple[str, str] | None:
+    """Successive halving's own rule: is the trial in the top 1/eta of its rung?
+
+    Returns ``(where, verdict)``, e.g. ``("rung 1", "is not in the top 1/3 of the 7 trials at
+    that rung (cut-off 0.73, best 0.9)")``, or ``None`` when the study's pruner is not rung-based
+    or the trial has reached no rung (then the caller compares with the step's median).
+    """
+    from optuna.pruners import HyperbandPruner, SuccessiveHalvingPruner
+
+    pruner = study.pruner
+    if not isinstance(pruner, (SuccessiveHalvingPruner, HyperbandPruner)):
+        return None
+    trials = study.get_trials(deepcopy=False)
+    me = next((t for t in trials if t.number == number), None)
+    if me is None:
+        return None
+    rungs = [
+        int(k.removeprefix(_RUNG_PREFIX)) for k in me.system_attrs if k.startswith(_RUNG_PREFIX)
+    ]
+    if not rungs:
+        return None
+    rung = max(rungs)
+    key = f"{_RUNG_PREFIX}{rung}"
+    where = f"rung {rung}"
+    if isinstance(pruner, HyperbandPruner):
+        bracket = _hyperband_bracket(pruner, study, me)
+        trials = [t for t in trials if _hyperband_bracket(pruner, study, t) == bracket]
+        where = f"bracket {bracket}, rung {rung}"
+    eta = _reduction_factor(pruner)
+    competing = [
+        float(t.system_attrs[key]) for t in trials if t.number != number and key in t.system_attrs
+    ]
+    competing.append(value)
+    # Optuna promotes the top len // eta (at least the single best) of the rung's values.
+    keep = max(len(competing) // eta, 1)
+    ranked = sorted(competing, reverse=maximize)
+    cutoff, best = ranked[keep - 1], ranked[0]
+    noun = "trial" if len(competing) == 1 else "trials"
+    promoted = (value >= cutoff) if maximize else (value <= cutoff)
+    verdict = "is in" if promoted else "is not in"
+    return where, (
+        f"{verdict} the top 1/{eta} of the {len(competing)} {noun} at that rung "
+        f"(cut-off {_fmt(cutoff)}, best {_fmt(best)})"
+    )
+
+
+_RUNG_PREFIX = "completed_rung_"
+_RUNG_BASED = ("successive_halving", "hyperband")
+
+
+# Optuna has no public way to read a pruner's settings or a trial's Hyperband bracket: the
+# three helpers below read private attributes, checked on Optuna 5.1 (a test pins the version
+# and checks them against the pruners' own behaviour). Nothing else in hpsearch reads them.
+def _reduction_factor(pruner: Any) -> int:
+    return int(pruner._reduction_factor)
+
+
+def _hyperband_bracket(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> int:
+    return int(pruner._get_bracket_id(study, trial))
+
+
+def _percentile_of(study: optuna.Study) -> float | None:
+    from optuna.pruners import PercentilePruner
+
+    pruner = study.pruner
+    if isinstance(pruner, PercentilePruner):
+        return float(pruner._percentile)
+    return None

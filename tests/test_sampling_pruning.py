@@ -229,3 +229,88 @@ def test_explanation_agrees_with_the_built_median_pruner() -> None:
     assert trial.should_prune()
     text = explain_prune(study, trial.number, 2, 0.1, pruner_name="median")
     assert "is worse than the median 0.85 of 3 other trials at step 2 (best 0.9)" in text
+
+
+def _run_pruned_study(pruner, name: str) -> tuple[optuna.Study, list[str], list[str]]:
+    """Trials whose values rise with the step; the explanations of pruned and kept trials."""
+    import random
+
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    rnd = random.Random(0)
+    pruned, kept = [], []
+    for _ in range(30):
+        trial = study.ask()
+        quality = rnd.random()
+        for step in range(1, 10):
+            value = quality * step / 9
+            trial.report(value, step)
+            rungs_before = len(study.trials[trial.number].system_attrs)
+            prune = trial.should_prune()
+            text = explain_prune(study, trial.number, step, value, pruner_name=name)
+            if prune:
+                pruned.append(text)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+            if len(study.trials[trial.number].system_attrs) > rungs_before:
+                kept.append(text)  # it reached a rung at this step and was let through
+        else:
+            study.tell(trial, quality)
+    return study, pruned, kept
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        (
+            "successive_halving",
+            lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
+        ),
+        (
+            "hyperband",
+            lambda: optuna.pruners.HyperbandPruner(
+                min_resource=1, max_resource=9, reduction_factor=3
+            ),
+        ),
+    ],
+)
+def test_rung_pruners_are_explained_by_their_rung(name, make) -> None:
+    _, pruned, kept = _run_pruned_study(make(), name)
+    assert pruned and kept
+    # A pruned trial is outside its rung's top 1/eta; one the pruner let through is inside.
+    assert all("is not in the top 1/3 of the" in text and "(cut-off" in text for text in pruned)
+    assert all("is in the top 1/3" in text for text in kept)
+    assert all("median" not in text for text in pruned)
+    if name == "hyperband":
+        assert all("(bracket " in text for text in pruned)
+
+
+def test_percentile_pruner_is_explained_by_its_percentile() -> None:
+    pruner = optuna.pruners.PercentilePruner(25.0, n_startup_trials=2, n_warmup_steps=0)
+    _, pruned, _ = _run_pruned_study(pruner, "percentile")
+    assert pruned
+    # Maximising, the 25 % pruner keeps what is above the 75th percentile.
+    assert all("is worse than the 75th percentile" in text for text in pruned)
+
+
+def test_private_pruner_settings_are_read_on_a_checked_optuna() -> None:
+    """hpsearch.pruning reads three private pruner attributes: checked on Optuna 5.0 and 5.1."""
+    from hpsearch.pruning import _hyperband_bracket, _percentile_of, _reduction_factor
+
+    assert optuna.__version__.split(".")[:2] in (["5", "0"], ["5", "1"]), optuna.__version__
+    assert _reduction_factor(optuna.pruners.SuccessiveHalvingPruner(reduction_factor=4)) == 4
+    hyperband = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+    assert _reduction_factor(hyperband) == 3
+    study = optuna.create_study(pruner=hyperband)
+    for _ in range(6):
+        trial = study.ask()
+        trial.report(1.0, 1)
+        trial.should_prune()  # places the trial in its bracket
+        study.tell(trial, 1.0)
+    for bracket in range(3):
+        members = {t.number for t in hyperband._create_bracket_study(study, bracket).get_trials()}
+        ours = {
+            t.number for t in study.trials if _hyperband_bracket(hyperband, study, t) == bracket
+        }
+        assert members == ours
+    study = optuna.create_study(pruner=optuna.pruners.PercentilePruner(10.0))
+    assert _percentile_of(study) == 10.0
