@@ -1,0 +1,137 @@
+"""The default storage under load: Optuna's journal file behind its gRPC proxy, as hpsearch runs it.
+
+Optuna documents the gRPC proxy over a JournalStorage as unsupported (optuna issue 6084): the
+journal tells which trial a caller owns by process and thread, and the proxy answers every
+client from a pool of its own threads. What breaks is popping a WAITING trial
+(``enqueue_trial``) or creating trials through the proxy, where "the trial this thread
+created" is ambiguous. hpsearch never does either through the proxy: the coordinator alone
+creates, enqueues and finishes trials, on the JournalStorage object itself, in its own
+thread; the workers only report, write attributes and read, which the journal applies by
+trial id whatever thread sends them. This test holds that claim to account with the real
+parts: worker processes reporting through the proxy while the coordinator asks and tells,
+2,000 trials, then a resume from the file alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from hpsearch.storage import ProxyAddress, StorageProxy
+
+pytestmark = pytest.mark.slow
+
+N_TRIALS = 2000
+STEPS = 4
+N_PROCESSES = 3
+IN_FLIGHT = 12
+
+
+def _expected(number: int, step: int) -> float:
+    return number * 10.0 + step
+
+
+def _reporter(address: ProxyAddress, todo: mp.Queue, done: mp.Queue) -> None:
+    """A worker process: reports and attributes through the proxy, as a trial does."""
+    from hpsearch.storage import proxy_client
+
+    storage = proxy_client(address)
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        trial_id, number = item
+        for step in range(STEPS):
+            storage.set_trial_intermediate_value(trial_id, step, _expected(number, step))
+        storage.set_trial_system_attr(trial_id, "completed_rung_0", _expected(number, 0))
+        storage.set_trial_user_attr(trial_id, "hpsearch.attempt", 1)
+        frozen = storage.get_trial(trial_id)  # the read a pruner makes
+        done.put((trial_id, number, len(frozen.intermediate_values)))
+
+
+def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tmp_path):
+    path = str(tmp_path / "optuna.journal")
+    storage = JournalStorage(JournalFileBackend(path))
+    study = optuna.create_study(
+        study_name="stress", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    ctx = mp.get_context("spawn")
+    todo: mp.Queue = ctx.Queue()
+    done: mp.Queue = ctx.Queue()
+    with StorageProxy(storage) as proxy:
+        procs = [
+            ctx.Process(target=_reporter, args=(proxy.address, todo, done), daemon=True)
+            for _ in range(N_PROCESSES)
+        ]
+        for p in procs:
+            p.start()
+        trials: dict[int, optuna.Trial] = {}
+        asked = told = 0
+        try:
+            while told < N_TRIALS:
+                # The coordinator asks ahead while the workers report, and tells as they end.
+                while asked < N_TRIALS and asked - told < IN_FLIGHT:
+                    trial = study.ask(dist)
+                    trials[trial._trial_id] = trial
+                    todo.put((trial._trial_id, trial.number))
+                    asked += 1
+                try:
+                    trial_id, number, seen = done.get(timeout=120)
+                except queue.Empty:
+                    pytest.fail(f"no report came back in 120 s ({told} of {N_TRIALS} told)")
+                assert seen == STEPS, f"trial {number} read back {seen} of {STEPS} reports"
+                study.tell(trials.pop(trial_id), _expected(number, STEPS))
+                told += 1
+        finally:
+            for _ in procs:
+                todo.put(None)
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+        assert all(p.exitcode == 0 for p in procs)
+
+    # A resume: a fresh storage object reads the file alone, as a restarted coordinator does.
+    reopened = optuna.load_study(
+        study_name="stress", storage=JournalStorage(JournalFileBackend(path))
+    )
+    got = reopened.get_trials(deepcopy=False)
+    assert [t.number for t in got] == list(range(N_TRIALS))
+    assert all(t.state == TrialState.COMPLETE for t in got)
+    for t in got:
+        assert t.value == _expected(t.number, STEPS)
+        assert t.intermediate_values == {s: _expected(t.number, s) for s in range(STEPS)}
+        assert t.system_attrs["completed_rung_0"] == _expected(t.number, 0)
+        assert t.user_attrs == {"hpsearch.attempt": 1}
+    # The resumed study goes on numbering where it stopped.
+    for _ in range(3):
+        trial = reopened.ask(dist)
+        reopened.tell(trial, 0.0)
+    assert [t.number for t in reopened.get_trials(deepcopy=False)][-3:] == [
+        N_TRIALS,
+        N_TRIALS + 1,
+        N_TRIALS + 2,
+    ]
+
+
+def test_the_proxy_server_is_built_on_a_checked_optuna():
+    """StorageProxy builds the server from Optuna's private servicer: checked on Optuna 5.0-5.1."""
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+    assert optuna.__version__.split(".")[:2] in (["5", "0"], ["5", "1"]), optuna.__version__
+    storage = optuna.storages.InMemoryStorage()
+    assert OptunaStorageProxyService(storage) is not None
+    with StorageProxy(storage) as proxy:
+        from hpsearch.storage import proxy_client
+
+        client = proxy_client(proxy.address)
+        study_id = client.create_new_study([optuna.study.StudyDirection.MINIMIZE], "pinned")
+        assert storage.get_study_id_from_name("pinned") == study_id
