@@ -1,0 +1,83 @@
+"""The typed study spec: what a study file may say, its defaults, and its validation.
+
+A study file is read once with ``yaml.safe_load`` and turned into a frozen
+:class:`StudySpec`. Every problem in the file is collected before anything is raised, and each
+becomes one line of a :class:`~hpsearch.exceptions.SpecError` of the form
+``<file>: <dotted.field>: <message>``, saying the rule, the value and, where the right
+spelling is known, the fix.
+
+Example:
+    >>> spec = StudySpec.from_dict(
+    ...     {
+    ...         "name": "quickstart",
+    ...         "objective": {"model": "cnn", "epochs": 3},
+    ...         "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}},
+    ...     },
+    ...     overrides={"n_trials": 4},
+    ... )
+    >>> spec.search.n_trials, spec.metric, spec.direction.value
+    (4, 'val_accuracy', 'maximize')
+
+This package imports neither Optuna nor torch at import time; Optuna is imported only to check
+sampler or pruner options against its constructors.
+"""
+
+from __future__ import annotations
+
+from hpsearch._imports import load_user_objective
+from hpsearch.spec._cluster import AdaptSpec, ClusterSpec, KubernetesSpec, SlurmSpec, TlsSpec
+from hpsearch.spec._messages import parse_duration
+from hpsearch.spec._overrides import OVERRIDE_ALIASES
+from hpsearch.spec._params import (
+    CategoricalChoice,
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    ParamSpec,
+)
+from hpsearch.spec._sections import (
+    BUILTIN_DATASETS,
+    BUILTIN_MODELS,
+    PRUNER_CLASSES,
+    SAMPLER_CLASSES,
+    USER_OBJECTIVE_METRIC,
+    Direction,
+    ObjectiveSpec,
+    Precision,
+    PrunerSpec,
+    SamplerSpec,
+    SearchSpec,
+    TrackingSpec,
+    default_direction,
+)
+from hpsearch.spec._study import StudySpec
+
+__all__ = [
+    "BUILTIN_DATASETS",
+    "BUILTIN_MODELS",
+    "OVERRIDE_ALIASES",
+    "PRUNER_CLASSES",
+    "SAMPLER_CLASSES",
+    "USER_OBJECTIVE_METRIC",
+    "AdaptSpec",
+    "CategoricalChoice",
+    "CategoricalParam",
+    "ClusterSpec",
+    "Direction",
+    "FloatParam",
+    "IntParam",
+    "KubernetesSpec",
+    "ObjectiveSpec",
+    "ParamSpec",
+    "Precision",
+    "PrunerSpec",
+    "SamplerSpec",
+    "SearchSpec",
+    "SlurmSpec",
+    "StudySpec",
+    "TlsSpec",
+    "TrackingSpec",
+    "default_direction",
+    "load_user_objective",
+    "parse_duration",
+]

@@ -1,0 +1,187 @@
+"""Checks that need more than one section: sampler and pruner options against Optuna's
+constructors, the sampler against the space, the data set against the model."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from hpsearch._imports import load_user_objective
+from hpsearch.data import _catalog
+from hpsearch.exceptions import SpecError
+from hpsearch.spec._messages import _allowed, _did_you_mean, _Problems, _show
+from hpsearch.spec._params import FloatParam
+from hpsearch.spec._sections import (
+    BUILTIN_DATASETS,
+    BUILTIN_MODELS,
+    SAMPLER_CLASSES,
+    PrunerSpec,
+    SamplerSpec,
+    SearchSpec,
+    _name_and_options,
+)
+
+# Constructor arguments hpsearch fills in itself, with the hint shown when a file sets them.
+_SAMPLER_OWNED_OPTIONS: dict[str, str] = {
+    "seed": "set search.seed instead",
+    "search_space": "the grid is built from space",
+}
+
+# Constructor arguments whose values are Python objects (callables, samplers, trials), which a
+# YAML file cannot express; recognised by their annotation.
+_OBJECT_ANNOTATIONS = ("Callable", "Sampler", "Mutation", "Crossover", "FrozenTrial")
+
+
+def _check_options(
+    kind: str,
+    name: str,
+    options: Mapping[str, Any],
+    class_name: str,
+    field: str,
+    problems: _Problems,
+) -> None:
+    import optuna
+
+    module = optuna.samplers if kind == "sampler" else optuna.pruners
+    parameters = inspect.signature(getattr(module, class_name)).parameters
+    owned = _SAMPLER_OWNED_OPTIONS if kind == "sampler" else {}
+    settable = [p for p in parameters if p not in owned]
+    for option in options:
+        where = f"{field}.{option}"
+        if option in owned and option in parameters:
+            problems.add(where, f"hpsearch sets {option!r} itself; {owned[option]}")
+        elif option not in parameters:
+            if not settable:
+                problems.add(where, f"the {name} {kind} takes no options")
+            else:
+                problems.add(
+                    where,
+                    f"unknown option for the {name} {kind} ({module.__name__}.{class_name})"
+                    f"{_did_you_mean(option, settable)} {_allowed(settable)}",
+                )
+        elif any(word in str(parameters[option].annotation) for word in _OBJECT_ANNOTATIONS):
+            problems.add(where, "takes a Python object and cannot be set in a study file")
+
+
+def _check_strategy(
+    kind: str, spec: SamplerSpec | PrunerSpec, classes: Mapping[str, str], problems: _Problems
+) -> bool:
+    field = f"search.{kind}"
+    if spec.name not in classes:
+        allowed = list(classes)
+        hint = _did_you_mean(spec.name, allowed)
+        problems.add(field, f"unknown {kind} {spec.name!r}{hint} {_allowed(allowed)}")
+        return False
+    if spec.options:
+        _check_options(kind, spec.name, spec.options, classes[spec.name], field, problems)
+    return True
+
+
+def _validate_strategies(raw_search: Any, problems: _Problems) -> dict[str, Any]:
+    """Validate ``search.sampler`` and ``search.pruner``; a broken one maps to None."""
+    if isinstance(raw_search, SearchSpec):
+        return {"sampler": raw_search.sampler, "pruner": raw_search.pruner}
+    if not isinstance(raw_search, Mapping):
+        return {}
+    built: dict[str, Any] = {}
+    for key, model in (("sampler", SamplerSpec), ("pruner", PrunerSpec)):
+        if key not in raw_search:
+            continue
+        raw = raw_search[key]
+        if isinstance(raw, (str, Mapping, BaseModel)):
+            built[key] = problems.validate(model, _name_and_options(raw), f"search.{key}")
+        else:
+            problems.add(
+                f"search.{key}",
+                f"expected a {key} name or a mapping {{name: ..., <options>}}, got {_show(raw)}",
+            )
+            built[key] = None
+    return built
+
+
+def _check_sampler(
+    sampler: SamplerSpec, space: Mapping[str, Any], space_ok: bool, problems: _Problems
+) -> None:
+    if not _check_strategy("sampler", sampler, SAMPLER_CLASSES, problems):
+        return
+    if sampler.name == "cmaes" and importlib.util.find_spec("cmaes") is None:
+        problems.add(
+            "search.sampler", "the cmaes sampler needs the 'cmaes' package; pip install cmaes"
+        )
+    if sampler.name == "grid":
+        if space_ok and not space:
+            problems.add("search.sampler", "the grid sampler needs a non-empty space")
+        for name, param in space.items():
+            if isinstance(param, FloatParam) and param.step is None:
+                problems.add(
+                    f"space.{name}",
+                    "the grid sampler needs a finite set of values: give this float a step, "
+                    "or make it int or categorical",
+                )
+
+
+def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _Problems) -> None:
+    """The data set of a built-in model: known, readable, with known options, fit for the
+    model, and the metric one the model reports on it."""
+    model, dataset, metric = raw.get("model"), raw.get("dataset", "digits"), raw.get("metric")
+    if not isinstance(model, str) or ":" in model or model not in BUILTIN_MODELS:
+        return  # a user objective reads its own data; a bad model is reported already
+    if isinstance(dataset, str) and ":" not in dataset and dataset not in BUILTIN_DATASETS:
+        problems.add(
+            "objective.dataset",
+            f"unknown dataset {dataset!r}{_did_you_mean(dataset, BUILTIN_DATASETS)} "
+            f"{_allowed(BUILTIN_DATASETS)}, a mapping {{path: data.npz}} or {{path: corpus.txt}}, "
+            "or 'package.module:function'",
+        )
+        return
+    if isinstance(dataset, Mapping):
+        _, allowed = _catalog.option_keys(dataset)
+        if "path" not in dataset and dataset.get("name") not in BUILTIN_DATASETS:
+            name = dataset.get("name")
+            problems.add(
+                "objective.dataset.name" if name is not None else "objective.dataset",
+                f"unknown dataset {name!r} {_allowed(BUILTIN_DATASETS)}"
+                if name is not None
+                else (
+                    "a mapping needs 'name' (a built-in data set) or 'path' "
+                    "(your .npz or .txt file)"
+                ),
+            )
+            return
+        problems.unknown_keys("objective.dataset", dataset, allowed)
+    elif isinstance(dataset, str) and ":" in dataset:
+        paths = [Path.cwd()] + ([source.parent] if source is not None else [])
+        try:
+            load_user_objective(dataset, paths)
+        except SpecError as exc:
+            for line in exc.problems:
+                problems.add("objective.dataset", line.partition(": ")[2])
+            return
+    elif not isinstance(dataset, (str, Mapping)):
+        return  # reported by the field's own check
+    try:
+        info = _catalog.describe(dataset, source=source)
+    except ValueError as exc:
+        field = (
+            "objective.dataset.path"
+            if isinstance(dataset, Mapping) and "path" in dataset
+            else "objective.dataset"
+        )
+        problems.add(field, str(exc))
+        return
+    why = _catalog.check_for_model(info, model)
+    if why is not None:
+        problems.add("objective.dataset", why)
+        return
+    reported = _catalog.metrics_of(model, info.task)
+    if isinstance(metric, str) and metric not in reported:
+        problems.add(
+            "objective.metric",
+            f"model {model!r} does not report {metric!r} on this data set "
+            f"(it reports: {', '.join(reported)})",
+        )

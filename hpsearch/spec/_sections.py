@@ -1,0 +1,307 @@
+"""The objective, search and tracking sections of a study file, and the names they may use."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, Field, field_validator
+
+from hpsearch.data import _catalog
+from hpsearch.spec._messages import (
+    _AutoOrInt,
+    _choice,
+    _did_you_mean,
+    _expect_float,
+    _expect_int,
+    _expect_str,
+    _fail,
+    _Int,
+    _optional,
+    _OptStr,
+    _Seconds,
+    _show,
+    _Spec,
+    _Str,
+)
+
+BUILTIN_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "gan")
+"""Models hpsearch can train itself; any other model must be ``package.module:function``."""
+
+BUILTIN_DATASETS: tuple[str, ...] = tuple(_catalog.BUILTIN)
+"""Data sets that need no download (see :mod:`hpsearch.data`)."""
+
+USER_OBJECTIVE_METRIC = "value"
+"""The metric name of a user objective: the value its function returns."""
+
+SAMPLER_CLASSES: dict[str, str] = {
+    "tpe": "TPESampler",
+    "random": "RandomSampler",
+    "grid": "GridSampler",
+    "cmaes": "CmaEsSampler",
+    "gp": "GPSampler",
+    "qmc": "QMCSampler",
+    "nsga2": "NSGAIISampler",
+}
+"""Sampler names a study file may use, and the ``optuna.samplers`` class each one builds."""
+
+PRUNER_CLASSES: dict[str, str] = {
+    "none": "NopPruner",
+    "median": "MedianPruner",
+    "percentile": "PercentilePruner",
+    "successive_halving": "SuccessiveHalvingPruner",
+    "hyperband": "HyperbandPruner",
+}
+"""Pruner names a study file may use, and the ``optuna.pruners`` class each one builds."""
+
+_MINIMIZE_SUFFIXES = ("loss", "perplexity", "error", "mmd")
+_USER_REF_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class Precision(str, Enum):
+    """Numeric precision of training; ``auto`` picks bf16, fp16 or fp32 for the device."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    AUTO = "auto"
+
+
+class Direction(str, Enum):
+    """Whether the study maximizes or minimizes its metric."""
+
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
+def default_direction(metric: str) -> Direction:
+    """The direction a metric is optimized in when the file does not say.
+
+    Names ending in ``loss``, ``perplexity``, ``error`` or ``mmd`` are minimized, all others
+    maximized.
+
+    Example:
+        >>> default_direction("val_loss").value, default_direction("val_accuracy").value
+        ('minimize', 'maximize')
+    """
+    if metric.lower().endswith(_MINIMIZE_SUFFIXES):
+        return Direction.MINIMIZE
+    return Direction.MAXIMIZE
+
+
+def _check_params(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        raise _fail(f"expected a mapping of fixed hyperparameters, got {_show(value)}")
+
+    def plain(item: Any) -> bool:
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return True
+        if isinstance(item, (list, tuple)):
+            return all(plain(x) for x in item)
+        return isinstance(item, Mapping) and all(
+            isinstance(k, str) and plain(v) for k, v in item.items()
+        )
+
+    for key, item in value.items():
+        if not plain(item):
+            raise _fail(f"{key}: expected a scalar, list or mapping of scalars, got {_show(item)}")
+    return dict(value)
+
+
+class ObjectiveSpec(_Spec):
+    """What each trial trains and reports.
+
+    Example:
+        >>> ObjectiveSpec(model="cnn").epochs
+        10
+    """
+
+    model: _Str = Field(
+        description=(
+            "A built-in model name (see BUILTIN_MODELS) or a user objective "
+            "'package.module:function'. Required."
+        )
+    )
+    dataset: str | dict[str, Any] = Field(
+        default="digits",
+        description=(
+            "A built-in data set name, or a mapping such as {name: digits, size: 28} or "
+            "{path: data.npz}. Default 'digits'. Ignored for a user objective."
+        ),
+    )
+    metric: _OptStr = Field(
+        default=None,
+        description=(
+            "The metric reported every epoch and optimized. Default null: the model's default "
+            "on the data set: val_accuracy for a classifier, val_perplexity for an LSTM on a "
+            "text corpus, val_mmd for the GAN; 'value' for a user objective."
+        ),
+    )
+    direction: Annotated[
+        Direction | None,
+        BeforeValidator(_optional(_choice("direction", [d.value for d in Direction]))),
+    ] = Field(
+        default=None,
+        description=(
+            "maximize | minimize. Default null: minimize for metrics ending in loss, perplexity, "
+            "error or mmd, maximize otherwise."
+        ),
+    )
+    epochs: _Int = Field(
+        default=10,
+        ge=1,
+        description="Epochs per trial; one report per epoch (the pruning resource). Default 10.",
+    )
+    precision: Annotated[
+        Precision, BeforeValidator(_choice("precision", [p.value for p in Precision]))
+    ] = Field(default=Precision.AUTO, description="fp32 | bf16 | fp16 | auto. Default auto.")
+    gpus_per_trial: _Int = Field(
+        default=1, ge=1, description="GPUs (or CPU slots) per trial. Default 1."
+    )
+    params: Annotated[dict[str, Any], BeforeValidator(_check_params)] = Field(
+        default_factory=dict, description="Fixed hyperparameters, not searched. Default {}."
+    )
+    trial_timeout: _Seconds = Field(
+        default=None,
+        description=(
+            "Seconds (or '90s', '30m', '2h', '1d') one trial may run. Default null: no limit."
+        ),
+    )
+    checkpoint_interval: Annotated[float | None, BeforeValidator(_optional(_expect_float))] = Field(
+        default=5.0,
+        ge=0.0,
+        description=(
+            "Seconds between a built-in trial's checkpoints: one is written at the end of an "
+            "epoch when this long has passed since the last (the first epoch always writes "
+            "one). 0 writes one every epoch; null writes none (a lost trial starts again from "
+            "scratch). Default 5: a killed trial loses at most about 5 s of work, and fast "
+            "epochs do not pay for a checkpoint each."
+        ),
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, value: str) -> str:
+        if ":" in value:
+            if not _USER_REF_RE.match(value):
+                raise _fail(
+                    f"{value!r} is not of the form 'package.module:function' for a user objective"
+                )
+            return value
+        if value not in BUILTIN_MODELS:
+            raise _fail(
+                f"unknown model {value!r}{_did_you_mean(value, BUILTIN_MODELS)} "
+                f"(built-in: {', '.join(BUILTIN_MODELS)}; "
+                "or a user objective as 'package.module:function')"
+            )
+        return value
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _check_dataset(cls, value: Any) -> Any:
+        # Whether the name is a built-in is checked with the whole study (see _collect), so
+        # that it is reported even when the model name is wrong too.
+        if isinstance(value, Mapping):
+            return dict(value)
+        if not isinstance(value, str):
+            raise _fail(f"expected a data set name or a mapping, got {_show(value)}")
+        return value
+
+
+def _name_and_options(value: Any) -> Any:
+    """Turn the file form (``"tpe"`` or ``{name: tpe, <options>}``) into name and options."""
+    if isinstance(value, str):
+        return {"name": value}
+    if isinstance(value, Mapping) and not isinstance(value, BaseModel):
+        options = {k: v for k, v in value.items() if k != "name"}
+        return {"name": value.get("name"), "options": options}
+    return value
+
+
+class _Strategy(_Spec):
+    """A name and the keyword options given to its Optuna class."""
+
+    name: Annotated[str, BeforeValidator(_expect_str)]
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the Optuna class. Default {}."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class SamplerSpec(_Strategy):
+    """A sampler name and the keyword options given to its Optuna class.
+
+    In a study file it is written as a name, or as a mapping with ``name`` plus options:
+    ``sampler: {name: tpe, n_startup_trials: 5}``.
+    """
+
+    name: Annotated[str, BeforeValidator(_expect_str)] = Field(
+        description="One of SAMPLER_CLASSES, lower case. Default 'tpe'."
+    )
+
+
+class PrunerSpec(_Strategy):
+    """A pruner name and the keyword options given to its Optuna class.
+
+    Written like the sampler: ``pruner: hyperband`` or
+    ``pruner: {name: median, n_warmup_steps: 2}``.
+    """
+
+    name: Annotated[str, BeforeValidator(_expect_str)] = Field(
+        description="One of PRUNER_CLASSES, lower case. Default 'median'."
+    )
+
+
+class SearchSpec(_Spec):
+    """How the search runs: budget, sampler, pruner, seed, concurrency, retries."""
+
+    n_trials: _Int = Field(default=20, ge=1, description="Trials to run. Default 20.")
+    timeout: _Seconds = Field(
+        default=None,
+        description=(
+            "Stop starting trials after this many seconds ('90s', '30m', '2h', '1d'). "
+            "Default null: no limit."
+        ),
+    )
+    sampler: Annotated[SamplerSpec, BeforeValidator(_name_and_options)] = Field(
+        default_factory=lambda: SamplerSpec(name="tpe"),
+        description=(
+            "tpe | random | grid | cmaes | gp | qmc | nsga2, or {name: ..., <options>}. "
+            "Default tpe."
+        ),
+    )
+    pruner: Annotated[PrunerSpec, BeforeValidator(_name_and_options)] = Field(
+        default_factory=lambda: PrunerSpec(name="median"),
+        description=(
+            "none | median | percentile | successive_halving | hyperband, "
+            "or {name: ..., <options>}. Default median."
+        ),
+    )
+    seed: Annotated[int | None, BeforeValidator(_optional(_expect_int))] = Field(
+        default=0, description="Sampler seed; null for a random one. Default 0."
+    )
+    max_concurrent: _AutoOrInt = Field(
+        default="auto",
+        description="Trials in flight at once: 'auto' (one per GPU set) or >= 1. Default auto.",
+    )
+    max_retries: _Int = Field(
+        default=2, ge=0, description="Retries of a trial whose worker was lost (>= 0). Default 2."
+    )
+
+
+class TrackingSpec(_Spec):
+    """Where MLflow records go."""
+
+    mlflow_uri: _OptStr = Field(
+        default=None,
+        description="MLflow tracking URI. Default null: a SQLite store under the run folder.",
+    )
+    experiment: _OptStr = Field(
+        default=None, description="MLflow experiment name. Default null: the study name."
+    )

@@ -1,0 +1,335 @@
+"""The whole study: :class:`StudySpec`, read from YAML or a mapping, validated section by
+section with every problem collected before one :class:`~hpsearch.exceptions.SpecError`."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationInfo, model_validator
+
+from hpsearch._imports import load_user_objective
+from hpsearch.data import _catalog
+from hpsearch.exceptions import SpecError
+from hpsearch.spec._checks import (
+    _check_dataset_for,
+    _check_sampler,
+    _check_strategy,
+    _validate_strategies,
+)
+from hpsearch.spec._cluster import ClusterSpec, _check_backend
+from hpsearch.spec._messages import _fields, _Problems, _show, _Spec
+from hpsearch.spec._overrides import _apply_overrides
+from hpsearch.spec._params import ParamSpec, _validate_space
+from hpsearch.spec._sections import (
+    PRUNER_CLASSES,
+    USER_OBJECTIVE_METRIC,
+    Direction,
+    ObjectiveSpec,
+    SamplerSpec,
+    SearchSpec,
+    TrackingSpec,
+    default_direction,
+)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_NO_FILE = "<study>"
+
+
+def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
+    """Validate raw study data section by section; raise one SpecError with every problem."""
+    problems = _Problems(label)
+    if not isinstance(data, Mapping):
+        problems.add("", f"the study file must be a mapping of keys, got {_show(data)}")
+        raise SpecError(problems.lines)
+    problems.unknown_keys("", data, _fields(StudySpec))
+    out: dict[str, Any] = {"source": source}
+
+    name = data.get("name")
+    if name is None:
+        problems.add("name", "required; give the study a name of letters, digits, '-', '_', '.'")
+    elif not isinstance(name, str) or not _NAME_RE.match(name):
+        problems.add(
+            "name", f"must contain only letters, digits, '-', '_' and '.', got {_show(name)}"
+        )
+    out["name"] = name
+
+    storage = data.get("storage")
+    if storage is not None and not isinstance(storage, str):
+        problems.add("storage", f"expected an Optuna storage URL, got {_show(storage)}")
+    out["storage"] = storage
+
+    strategies = _validate_strategies(data.get("search"), problems)
+    sections: dict[str, type[_Spec]] = {
+        "objective": ObjectiveSpec,
+        "search": SearchSpec,
+        "cluster": ClusterSpec,
+        "tracking": TrackingSpec,
+    }
+    for key, model in sections.items():
+        raw = data.get(key)
+        if raw is None and key == "objective":
+            problems.add("objective", "required; at least objective.model")
+            out[key] = None
+            continue
+        if raw is None:
+            raw = {}
+        if key == "search" and isinstance(raw, Mapping):
+            # Sampler and pruner were validated on their own (so that their option checks run
+            # even when another search field is wrong); a broken one is already reported.
+            raw = {k: v for k, v in raw.items() if k not in ("sampler", "pruner")}
+            raw.update({k: v for k, v in strategies.items() if v is not None})
+        out[key] = problems.validate(model, raw, key)
+
+    _check_backend(out.get("cluster"), problems, out.get("storage"))
+    raw_space = data.get("space")
+    raw_space = {} if raw_space is None else raw_space
+    space = _validate_space(raw_space, problems)
+    space_ok = isinstance(raw_space, Mapping) and len(space) == len(raw_space)
+    out["space"] = space
+
+    raw_objective = data.get("objective")
+    raw_params = raw_objective.get("params") if isinstance(raw_objective, Mapping) else None
+    if isinstance(raw_params, Mapping) and isinstance(raw_space, Mapping):
+        for key in raw_space:
+            if key in raw_params:
+                problems.add(
+                    f"space.{key}",
+                    "also fixed in objective.params; a hyperparameter is either searched or "
+                    "fixed, remove it from one",
+                )
+    if isinstance(raw_objective, Mapping):
+        _check_dataset_for(raw_objective, source, problems)
+    objective: ObjectiveSpec | None = out["objective"]
+    if objective is not None:
+        if ":" in objective.model:
+            paths = [Path.cwd()] + ([source.parent] if source is not None else [])
+            try:
+                load_user_objective(objective.model, paths)
+            except SpecError as exc:
+                for line in exc.problems:
+                    field, _, message = line.partition(": ")
+                    problems.add(field, message)
+        elif space_ok and not space:
+            problems.add(
+                "space",
+                f"the built-in model {objective.model!r} needs at least one searched "
+                "hyperparameter",
+            )
+    sampler = strategies.get("sampler", SamplerSpec(name="tpe"))
+    if sampler is not None:
+        _check_sampler(sampler, space, space_ok, problems)
+    pruner = strategies.get("pruner")
+    if pruner is not None:
+        _check_strategy("pruner", pruner, PRUNER_CLASSES, problems)
+
+    if problems.lines:
+        raise SpecError(problems.lines)
+    return out
+
+
+class StudySpec(_Spec):
+    """A validated study: objective, search space, search settings, cluster and tracking.
+
+    Build it with :meth:`from_yaml` or :meth:`from_dict`; constructing it directly validates the
+    same way (problems are shown for the file ``<study>``).
+
+    Example:
+        >>> spec = StudySpec.from_dict({
+        ...     "name": "demo",
+        ...     "objective": {"model": "cnn", "metric": "val_loss"},
+        ...     "space": {"optimizer": {"type": "categorical", "choices": ["adam", "sgd"]}},
+        ...     "search": {"sampler": {"name": "tpe", "n_startup_trials": 5}, "timeout": "30m"},
+        ... })
+        >>> spec.direction.value, spec.search.timeout, spec.to_dict()["search"]["sampler"]
+        ('minimize', 1800.0, {'name': 'tpe', 'n_startup_trials': 5})
+    """
+
+    name: str = Field(description="Study name: letters, digits, '-', '_', '.'. Required.")
+    objective: ObjectiveSpec = Field(description="What a trial trains and reports. Required.")
+    space: dict[str, ParamSpec] = Field(
+        default_factory=dict,
+        description=(
+            "Searched hyperparameters by name. Default {} (allowed only for a user objective)."
+        ),
+    )
+    search: SearchSpec = Field(
+        default_factory=SearchSpec, description="Search settings. Defaults as in SearchSpec."
+    )
+    cluster: ClusterSpec = Field(
+        default_factory=ClusterSpec, description="Cluster settings. Defaults: all auto/null."
+    )
+    tracking: TrackingSpec = Field(
+        default_factory=TrackingSpec, description="MLflow settings. Defaults: all null."
+    )
+    storage: str | None = Field(
+        default=None,
+        description="Optuna storage URL. Default null: a journal file under the run folder.",
+    )
+    source: Path | None = Field(
+        default=None,
+        exclude=True,
+        description="The file the spec was read from; not part of to_dict().",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validate_all(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, StudySpec):
+            return data
+        context = info.context or {}
+        source = data.get("source") if isinstance(data, Mapping) else None
+        source = Path(source) if source is not None else None
+        label = context.get("label") or (str(source) if source is not None else _NO_FILE)
+        if isinstance(data, Mapping):
+            data = {k: v for k, v in data.items() if k != "source"}
+        return _collect(data, label, source)
+
+    # ---------------------------------------------------------------------------- loading
+
+    @classmethod
+    def from_yaml(
+        cls, path: str | os.PathLike[str], *, overrides: Mapping[str, Any] | None = None
+    ) -> StudySpec:
+        """Read and validate a study file.
+
+        Args:
+            path: The study file; messages show it as given.
+            overrides: Dotted keys or short aliases (see OVERRIDE_ALIASES) to set; None values
+                are skipped.
+
+        Raises:
+            SpecError: The file is missing, is not valid YAML, or has invalid content; every
+                problem is one line.
+        """
+        label = os.fspath(path)
+        file = Path(path)
+        if not file.is_file():
+            raise SpecError(f"{label}: {'not a file' if file.exists() else 'no such file'}")
+        try:
+            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark is not None else label
+            raise SpecError(f"{where}: invalid YAML: {exc.problem}") from None
+        except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"{label}: cannot read the study file: {exc}") from None
+        if data is None:
+            raise SpecError(f"{label}: the study file is empty")
+        return cls._build(data, source=file, label=label, overrides=overrides)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        source: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> StudySpec:
+        """Validate study data in file form (as :meth:`to_dict` returns it).
+
+        Args:
+            data: The mapping.
+            source: The file it came from, if any: shown in messages, and its folder is searched
+                for a user objective. Without it messages show ``<study>``.
+            overrides: As for :meth:`from_yaml`.
+
+        Raises:
+            SpecError: Every problem, one line each.
+        """
+        file = Path(source) if source is not None else None
+        label = os.fspath(source) if source is not None else _NO_FILE
+        return cls._build(data, source=file, label=label, overrides=overrides)
+
+    @classmethod
+    def _build(
+        cls, data: Any, *, source: Path | None, label: str, overrides: Mapping[str, Any] | None
+    ) -> StudySpec:
+        problems = _Problems(label)
+        if isinstance(data, Mapping):
+            data = copy.deepcopy(dict(data))
+            if overrides:
+                _apply_overrides(data, overrides, problems, cls)
+        try:
+            payload = {**data, "source": source} if isinstance(data, dict) else data
+            spec = cls.model_validate(payload, context={"label": label})
+        except SpecError as exc:
+            raise SpecError(problems.lines + exc.problems) from None
+        if problems.lines:
+            raise SpecError(problems.lines)
+        return spec
+
+    def replace(self, **overrides: Any) -> StudySpec:
+        """A re-validated copy with overrides applied (same keys as ``overrides=``).
+
+        Dotted keys need dict unpacking: ``spec.replace(**{"search.n_trials": 3})``.
+
+        Example:
+            >>> spec = StudySpec.from_dict({"name": "a", "objective": {"model": "cnn"},
+            ...     "space": {"x": {"type": "int", "low": 1, "high": 3}}})
+            >>> spec.replace(n_trials=3, epochs=2).search.n_trials
+            3
+        """
+        return type(self)._build(
+            self.to_dict(),
+            source=self.source,
+            label=str(self.source) if self.source is not None else _NO_FILE,
+            overrides=overrides,
+        )
+
+    # ---------------------------------------------------------------------------- output
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain JSON-able data in file form.
+
+        Metric and direction are written resolved, so the dict (and :attr:`spec_hash`) records
+        what the study really optimizes; samplers and pruners without options are written as
+        their name.
+        """
+        data = self.model_dump(mode="json")
+        data["objective"]["metric"] = self.metric
+        data["objective"]["direction"] = self.direction.value
+        for key in ("sampler", "pruner"):
+            strategy = data["search"][key]
+            data["search"][key] = (
+                {"name": strategy["name"], **strategy["options"]}
+                if strategy["options"]
+                else strategy["name"]
+            )
+        return data
+
+    def to_yaml(self) -> str:
+        """The spec as a study file (the text of :meth:`to_dict`)."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @property
+    def spec_hash(self) -> str:
+        """First 12 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @property
+    def is_user_objective(self) -> bool:
+        """Whether ``objective.model`` is a ``package.module:function`` reference."""
+        return ":" in self.objective.model
+
+    @property
+    def metric(self) -> str:
+        """The optimized metric: as given, else the model's default."""
+        if self.objective.metric is not None:
+            return self.objective.metric
+        if self.is_user_objective:
+            return USER_OBJECTIVE_METRIC
+        return _catalog.default_metric(self.objective.model, self.objective.dataset)
+
+    @property
+    def direction(self) -> Direction:
+        """The optimization direction: as given, else derived from the metric name."""
+        return self.objective.direction or default_direction(self.metric)
