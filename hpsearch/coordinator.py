@@ -115,7 +115,7 @@ class Coordinator:
         self.study_dir = study_dir
         self.search_paths = search_paths
         self.on_progress = on_progress
-        self.size = int(spec.objective.gpus_per_trial or 1)
+        self.size = spec.trial_size
         self.max_concurrent = self._max_concurrent()
         self.distributions = to_distributions(spec.space) if spec.space else None
         self.in_flight: dict[Future, _InFlight] = {}

@@ -321,6 +321,15 @@ class StudySpec(_Spec):
         return ":" in self.objective.model
 
     @property
+    def trial_size(self) -> int:
+        """Devices (GPUs, or CPU slots) one trial uses: ``objective.gpus_per_trial``.
+
+        When ``gpus_per_trial`` is searched, each trial's own size comes from its parameters;
+        this is then the size of a trial that does not say.
+        """
+        return int(self.objective.gpus_per_trial or 1)
+
+    @property
     def metric(self) -> str:
         """The optimized metric: as given, else the model's default."""
         if self.objective.metric is not None:
