@@ -22,10 +22,14 @@ __all__ = [
     "ClusterError",
     "GpuAllocationError",
     "HpsearchError",
+    "MetricNotReported",
+    "RankFailed",
     "SpecError",
     "TrackingError",
     "TrialDiverged",
     "TrialError",
+    "TrialTimedOut",
+    "failure_reason",
 ]
 
 
@@ -169,3 +173,43 @@ class TrialDiverged(TrialError):
         super().__init__(message, trial_number=trial_number)
         self.step = step
         self.value = value
+
+
+class MetricNotReported(TrialError):
+    """Raised when the model does not compute the study's metric at some epoch.
+
+    Example:
+        >>> failure_reason(MetricNotReported("objective.metric 'acc' is not computed"))
+        "objective.metric 'acc' is not computed"
+    """
+
+
+class RankFailed(TrialError):
+    """Raised when a rank process of a multi-device (or time-limited) trial fails or dies."""
+
+
+class TrialTimedOut(TrialError):
+    """Raised when a trial runs past ``objective.trial_timeout`` and its processes are killed."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The one line a failed trial's reason says about ``exc``.
+
+    hpsearch's own trial errors speak for themselves; a divergence says so; anything else is
+    named by its type, without the quotes ``str(KeyError)`` adds.
+
+    Example:
+        >>> failure_reason(KeyError("lr"))
+        'KeyError: lr'
+        >>> failure_reason(TrialDiverged("train_loss is nan at step 3", step=3))
+        'diverged: train_loss is nan at step 3'
+        >>> failure_reason(ZeroDivisionError("division by zero"))
+        'ZeroDivisionError: division by zero'
+    """
+    if isinstance(exc, TrialDiverged):
+        return f"diverged: {exc}"
+    if isinstance(exc, TrialError):
+        return str(exc)
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return f"KeyError: {exc.args[0]}"
+    return f"{type(exc).__name__}: {exc}"
