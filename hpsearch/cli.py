@@ -19,7 +19,8 @@ import typer
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Distributed hyperparameter search: Optuna studies on Dask, PyTorch training, MLflow records.",
+    help="Distributed hyperparameter search: Optuna studies on Dask, PyTorch training, "
+    "MLflow records.",
 )
 
 
@@ -57,9 +58,11 @@ def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
 
     searched = ", ".join(spec.space) or "defined by the objective"
     typer.echo(
-        f"{file}: ok — study '{spec.name}': {spec.objective.model} on {describe_dataset(spec.objective.dataset)}, "
+        f"{file}: ok — study '{spec.name}': {spec.objective.model} on "
+        f"{describe_dataset(spec.objective.dataset)}, "
         f"{spec.search.n_trials} trials, {spec.direction.value} {spec.metric}, "
-        f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, searching {searched}"
+        f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, "
+        f"searching {searched}"
     )
 
 
@@ -91,16 +94,12 @@ def _sigterm_as_interrupt() -> None:
 def run(
     file: Path = typer.Argument(..., help="The study file."),
     n_trials: int | None = typer.Option(None, "--n-trials", help="Override search.n_trials."),
-    n_workers: int | None = typer.Option(
-        None, "--n-workers", help="Override cluster.n_workers."
-    ),
+    n_workers: int | None = typer.Option(None, "--n-workers", help="Override cluster.n_workers."),
     epochs: int | None = typer.Option(None, "--epochs", help="Override objective.epochs."),
     run_dir: Path = typer.Option(
         Path("runs"), "--run-dir", help="The run folder: RUN_DIR/NAME/ holds the study's files."
     ),
-    storage: str | None = typer.Option(
-        None, "--storage", help="Override the Optuna storage URL."
-    ),
+    storage: str | None = typer.Option(None, "--storage", help="Override the Optuna storage URL."),
     mlflow_uri: str | None = typer.Option(
         None, "--mlflow-uri", help="Override the MLflow tracking URI."
     ),
@@ -131,24 +130,16 @@ def run(
     except HpsearchError as exc:
         raise _user_error(exc) from None
     if dry_run:
-        from hpsearch.cluster._batch import dry_run as render
+        from hpsearch.cluster._open import backend_for
 
         try:
-            from hpsearch.study import Study
-
-            typer.echo(
-                render(
-                    spec,
-                    gpus=Study(spec, run_dir=run_dir)._gpus()
-                    if spec.cluster.backend == "local"
-                    else None,
-                )
-            )
+            typer.echo(backend_for(spec).render())
         except ImportError as exc:
             extra = "slurm" if spec.cluster.backend == "slurm" else "kubernetes"
             raise _user_error(
                 ValueError(
-                    f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: pip install 'hpsearch[{extra}]'"
+                    f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: "
+                    f"pip install 'hpsearch[{extra}]'"
                 )
             ) from None
         return
@@ -168,7 +159,8 @@ def run(
     except HpsearchError as exc:
         raise _user_error(exc) from None
     console.print(
-        f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})"
+        f"[bold]study[/] {spec.name}  "
+        f"({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})"
     )
     console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
     console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
@@ -208,7 +200,8 @@ def worker(
     host: str | None = typer.Option(
         None,
         "--host",
-        help="Interface the workers listen on (default: 127.0.0.1 for a local scheduler, else all).",
+        help="Interface the workers listen on "
+        "(default: 127.0.0.1 for a local scheduler, else all).",
     ),
     name: str | None = typer.Option(
         None, "--name", help="Prefix of the worker names (default: the host name)."
@@ -216,9 +209,7 @@ def worker(
     tls_ca_file: Path | None = typer.Option(
         None, "--tls-ca-file", help="TLS: the CA certificate (with --tls-cert and --tls-key)."
     ),
-    tls_cert: Path | None = typer.Option(
-        None, "--tls-cert", help="TLS: this node's certificate."
-    ),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="TLS: this node's certificate."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="TLS: its private key."),
 ) -> None:
     """Start this node's workers, one per GPU set, and join an existing scheduler."""
@@ -256,7 +247,8 @@ def worker(
     console = _console()
     what = "GPU" if devices else "CPU slot"
     console.print(
-        f"[bold]{len(specs)}[/] worker(s) joining {scheduler}: {plan.describe().replace('GPU set', what + ' set')}"
+        f"[bold]{len(specs)}[/] worker(s) joining {scheduler}: "
+        f"{plan.describe().replace('GPU set', what + ' set')}"
     )
     given = [p for p in (tls_ca_file, tls_cert, tls_key) if p is not None]
     if given and len(given) != 3:
@@ -303,7 +295,8 @@ def _open_study(target: Path, run_dir: Path) -> Any:
         study = Study.load(target) if target.is_dir() else Study.from_yaml(target, run_dir=run_dir)
         if not study.layout.journal.exists() and study.spec.storage is None:
             raise SpecError(
-                f"{target}: the study {study.spec.name!r} has not run yet (no {study.layout.journal})"
+                f"{target}: the study {study.spec.name!r} has not run yet "
+                f"(no {study.layout.journal})"
             )
         study.optuna_study()
     except KeyError:
@@ -362,7 +355,8 @@ def _status_view(study: Any) -> Any:
     ended = sum(counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
     best = study.best_trial
     head = (
-        f"[bold]{study.spec.name}[/]: {ended}/{n} ended · [green]{counts.get('COMPLETE', 0)} complete[/] · "
+        f"[bold]{study.spec.name}[/]: {ended}/{n} ended · "
+        f"[green]{counts.get('COMPLETE', 0)} complete[/] · "
         f"[yellow]{counts.get('PRUNED', 0)} pruned[/] · [red]{counts.get('FAIL', 0)} failed[/] · "
         f"[cyan]{counts.get('RUNNING', 0)} running[/] · best "
         + (f"[bold]{best.value:.6g}[/] (#{best.number})" if best else "-")
@@ -426,7 +420,8 @@ def report(target: Path = _TARGET, run_dir: Path = _RUN_DIR) -> None:
     for path in files:
         console.print(f"wrote {path}")
     console.print(
-        f"and logged them under [bold]report/[/] on the study's MLflow run ({_redact(study.mlflow_uri)})"
+        "and logged them under [bold]report/[/] on the study's MLflow run "
+        f"({_redact(study.mlflow_uri)})"
     )
 
 
@@ -469,7 +464,8 @@ def ui(
 
         exp = get_client(uri).get_experiment_by_name(study.experiment)
         if exp is not None:
-            url += f"/#/experiments/{exp.experiment_id}/runs"  # the runs table: the study, its trials nested
+            # the runs table: the study, its trials nested
+            url += f"/#/experiments/{exp.experiment_id}/runs"
     except Exception:  # the store is read by the UI itself anyway
         pass
     console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
@@ -523,7 +519,8 @@ def _summary(console: Any, result: Any) -> None:
 
     p = result.progress
     console.print(
-        f"[bold]{p.ended}[/] trials ended: {p.complete} complete, {p.pruned} pruned, {p.failed} failed"
+        f"[bold]{p.ended}[/] trials ended: "
+        f"{p.complete} complete, {p.pruned} pruned, {p.failed} failed"
     )
     if result.best is None:
         console.print("[yellow]no trial completed[/]")

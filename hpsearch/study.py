@@ -9,12 +9,11 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
     from hpsearch.coordinator import Progress
 
 log = logging.getLogger(__name__)
-
-#: Seconds to wait for the first SLURM job or Kubernetes pod to join (queues can be slow).
-BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S", "3600"))
 
 
 @dataclass
@@ -145,7 +141,8 @@ class Study:
 
     @property
     def best_trial(self) -> Any:
-        """The best complete trial: ``number``, ``value``, ``params``, ``run_id`` (MLflow), or ``None``."""
+        """The best complete trial: ``number``, ``value``, ``params``, ``run_id`` (MLflow),
+        or ``None``."""
         from hpsearch.analysis import best_trial
 
         return best_trial(self.optuna_study(), metric=self.spec.metric, runs=self._runs())
@@ -197,7 +194,8 @@ class Study:
             if exp is None
             else client.search_runs(
                 [exp.experiment_id],
-                filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' and tags.`hpsearch.role` = 'study'",
+                filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' "
+                "and tags.`hpsearch.role` = 'study'",
             )
         )
         for run in parents[:1]:
@@ -254,131 +252,11 @@ class Study:
     @property
     def trial_sizes(self) -> list[int]:
         """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
-        p = self.spec.space.get("gpus_per_trial")
-        if p is None:
-            return [int(self.spec.objective.gpus_per_trial or 1)]
-        if p.type == "categorical":
-            return sorted({int(c) for c in p.choices})
-        return list(range(int(p.low), int(p.high) + 1, int(getattr(p, "step", 1) or 1)))
+        from hpsearch.cluster._open import trial_sizes
 
-    def _gpus(self) -> list[int] | None:
-        """The GPUs the local cluster may use (``cluster.gpus``), or ``None`` for CPU slots."""
-        from hpsearch.cluster import discover_gpus
-        from hpsearch.exceptions import GpuAllocationError
-
-        wanted = self.spec.cluster.gpus
-        if wanted == "none":
-            return None
-        found = [g.index for g in discover_gpus()]
-        if wanted == "auto":
-            return found or None
-        missing = [g for g in wanted if g not in found]
-        if missing:
-            where = f"{self.spec.source}: " if self.spec.source else ""
-            have = ", ".join(map(str, found)) or "none"
-            raise GpuAllocationError(
-                f"{where}cluster.gpus: GPU {', '.join(map(str, missing))} not found (visible GPUs: {have})",
-                needed=len(wanted),
-                found=len(found),
-            )
-        return list(wanted)
-
-    def _remote_scheduler(self) -> str | None:
-        """The scheduler's host when it is another machine (not loopback), else ``None``."""
-        address = self.spec.cluster.scheduler
-        if self.client is not None:
-            address = self.client.scheduler.address
-        if not address:
-            # A batch cluster's workers run on other machines, whatever its scheduler's address.
-            return "batch" if self.spec.cluster.backend in ("slurm", "kubernetes") else None
-        from distributed.comm import get_address_host
-
-        host = get_address_host(address)
-        return None if host in ("127.0.0.1", "localhost", "::1", "") else host
-
-    @staticmethod
-    def _proxy_host(remote: str | None) -> str:
-        """Where the storage proxy listens: loopback, or the interface that reaches the scheduler."""
-        if remote is None:
-            return "127.0.0.1"
-        from distributed.utils import get_ip
-
-        if remote == "batch":  # the nodes of a batch cluster: the machine's outward interface
-            try:
-                return get_ip()
-            except OSError:
-                import socket
-
-                return socket.gethostbyname(socket.gethostname())
-        return get_ip(remote)
-
-    @staticmethod
-    def _links(gpus: list[int] | None) -> dict[frozenset[int], int] | None:
-        if not gpus:
-            return None
-        from hpsearch.cluster import nvml_links
-
-        return nvml_links(gpus)
+        return trial_sizes(self.spec)
 
     # ------------------------------------------------------------------ running
-
-    @contextlib.contextmanager
-    def _cluster(self) -> Iterator[Client]:
-        from hpsearch.cluster import connect, start_local_cluster
-
-        if self.client is not None:
-            yield self.client
-            return
-        from hpsearch.cluster._base import security
-
-        sec = security(self.spec.cluster.tls)
-        if self.spec.cluster.scheduler:
-            client = connect(self.spec.cluster.scheduler, security=sec)
-            try:
-                yield client
-            finally:
-                client.close()
-            return
-        from distributed import Client
-
-        cfg = self.spec.cluster
-        if cfg.backend in ("slurm", "kubernetes"):
-            from hpsearch.cluster._batch import start_kubernetes_cluster, start_slurm_cluster
-
-            batch = (
-                start_slurm_cluster(self.spec)
-                if cfg.backend == "slurm"
-                else start_kubernetes_cluster(self.spec)
-            )
-            client = Client(batch)
-            try:
-                wanted = (cfg.adapt.minimum if cfg.adapt else 1) or 1
-                client.wait_for_workers(wanted, timeout=BATCH_WORKER_TIMEOUT_S)
-                yield client
-            finally:
-                with contextlib.suppress(Exception):
-                    client.close()
-                with contextlib.suppress(Exception):
-                    batch.close()
-            return
-        gpus = self._gpus()
-        cluster = start_local_cluster(
-            gpus=gpus,
-            gpus_per_trial=max(self.trial_sizes),
-            mixed_sizes=len(self.trial_sizes) > 1,
-            n_workers=None if cfg.n_workers in (None, "auto") else int(cfg.n_workers),
-            n_slots=None if cfg.slots in (None, "auto") else int(cfg.slots),
-            links=self._links(gpus),
-            security=sec,
-        )
-        client = Client(cluster, security=sec)
-        try:
-            yield client
-        finally:
-            with contextlib.suppress(Exception):
-                client.close()
-            with contextlib.suppress(Exception):
-                cluster.close(timeout=20)
 
     def run(
         self, *, on_progress: Callable[[Progress], None] | None = None, progress: bool = True
@@ -399,6 +277,7 @@ class Study:
         import optuna
 
         from hpsearch.cluster import capacity, check_workers
+        from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator, best_trial
         from hpsearch.pruning import build_pruner
         from hpsearch.runner import flush_tracking, spool_tracking
@@ -414,14 +293,16 @@ class Study:
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
-        remote = self._remote_scheduler()
+        backend = backend_for(spec, client=self.client)
+        remote = backend.remote
         if remote and self.mlflow_uri.startswith(("sqlite:", "file:")):
             from hpsearch.exceptions import TrackingError
 
             where = f"{spec.source}: " if spec.source else ""
             raise TrackingError(
-                f"{where}tracking.mlflow_uri: workers on other machines cannot write {self.mlflow_uri} "
-                "(a file on this machine); use an MLflow server (http://HOST:5000) or a database URL"
+                f"{where}tracking.mlflow_uri: workers on other machines cannot write "
+                f"{self.mlflow_uri} (a file on this machine); use an MLflow server "
+                "(http://HOST:5000) or a database URL"
             )
         check_reachable(self.mlflow_uri)
         status = "KILLED"
@@ -429,7 +310,7 @@ class Study:
         proxy: StorageProxy | None = None
         study: optuna.Study | None = None
         try:
-            with self._cluster() as client:
+            with backend as client:
                 cap = capacity(client)
                 cap.check(max(self.trial_sizes))
                 if remote:  # workers started elsewhere: can they run these trials at all?
@@ -473,7 +354,7 @@ class Study:
                     log.warning(
                         "wrote %d trial runs' MLflow records kept from an earlier run", written
                     )
-                proxy = StorageProxy(storage, host=self._proxy_host(remote)).start()
+                proxy = StorageProxy(storage, host=backend.proxy_host).start()
                 coordinator = Coordinator(
                     spec,
                     study,
@@ -499,7 +380,8 @@ class Study:
                     )
                     if saved:
                         log.warning(
-                            "MLflow: %d trial runs could not be written (the tracking store does not answer); "
+                            "MLflow: %d trial runs could not be written "
+                            "(the tracking store does not answer); "
                             "kept in %s and written on the next run of this study",
                             saved,
                             self.layout.tracking_backlog,

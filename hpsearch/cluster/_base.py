@@ -136,8 +136,11 @@ def version_problems(
         >>> here = {"python": "3.11", "hpsearch": "0.1.0", "optuna": "5.0.0", "torch": "2.13.0"}
         >>> version_problems(here, {"tcp://a:1": {**here, "torch": None}, "tcp://b:1": dict(here)})
         ['worker tcp://a:1: torch does not import (the built-in models need it)']
-        >>> version_problems(here, {"tcp://c:1": {**here, "hpsearch": "0.2.0", "python": "3.12"}})
-        ['worker tcp://c:1: hpsearch 0.2.0, the coordinator has 0.1.0', 'worker tcp://c:1: Python 3.12, the coordinator has 3.11 (trials are pickled between them)']
+        >>> newer = {**here, "hpsearch": "0.2.0", "python": "3.12"}
+        >>> for line in version_problems(here, {"tcp://c:1": newer}):
+        ...     print(line)
+        worker tcp://c:1: hpsearch 0.2.0, the coordinator has 0.1.0
+        worker tcp://c:1: Python 3.12, the coordinator has 3.11 (trials are pickled between them)
     """
     lines = []
     for address, there in sorted(workers.items()):
@@ -146,20 +149,23 @@ def version_problems(
                 lines.append(f"worker {address}: {name} does not import")
             elif name == "hpsearch" and there[name] != here.get(name):
                 lines.append(
-                    f"worker {address}: hpsearch {there[name]}, the coordinator has {here.get(name)}"
+                    f"worker {address}: hpsearch {there[name]}, "
+                    f"the coordinator has {here.get(name)}"
                 )
             elif (
                 name == "optuna"
                 and str(there[name]).split(".")[:2] != str(here.get(name)).split(".")[:2]
             ):
                 lines.append(
-                    f"worker {address}: optuna {there[name]}, the coordinator has {here.get(name)} (the storage proxy needs the same minor version)"
+                    f"worker {address}: optuna {there[name]}, the coordinator has "
+                    f"{here.get(name)} (the storage proxy needs the same minor version)"
                 )
         if "torch" in here and here.get("torch") is not None and there.get("torch") is None:
             lines.append(f"worker {address}: torch does not import (the built-in models need it)")
         if there.get("python") != here.get("python"):
             lines.append(
-                f"worker {address}: Python {there.get('python')}, the coordinator has {here.get('python')} (trials are pickled between them)"
+                f"worker {address}: Python {there.get('python')}, the coordinator has "
+                f"{here.get('python')} (trials are pickled between them)"
             )
     return lines
 

@@ -4,24 +4,34 @@ Each job or pod runs :mod:`hpsearch.cluster.jobqueue_worker`, which starts one D
 per GPU set of its node, exactly as ``hpsearch worker`` does, so trials get exclusive GPU
 sets there as they do on one machine. :func:`slurm_job_script` and
 :func:`kubernetes_manifest` render what would be submitted, without submitting (``hpsearch
-run FILE --dry-run``).
+run FILE --dry-run``); :class:`SlurmBackend` and :class:`KubernetesBackend` start them for a run.
 """
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import copy
+import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.cluster._backend import BATCH, Backend, trial_size
+
 if TYPE_CHECKING:
+    from distributed import Client
+
     from hpsearch.spec import StudySpec
 
 WORKER_MODULE = "hpsearch.cluster.jobqueue_worker"
 
+#: Seconds to wait for the first SLURM job or Kubernetes pod to join (queues can be slow).
+BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S", "3600"))
+
 
 def _worker_args(spec: StudySpec, gpus: int) -> list[str]:
-    size = int(spec.objective.gpus_per_trial or 1)
-    return ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(size)]
+    return ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(trial_size(spec))]
 
 
 def slurm_options(spec: StudySpec) -> dict[str, Any]:
@@ -109,27 +119,53 @@ def start_kubernetes_cluster(spec: StudySpec) -> Any:
     return cluster
 
 
-def dry_run(spec: StudySpec, *, gpus: list[int] | None = None) -> str:
-    """What the study's cluster would run, as text: a job script, a manifest, or the local workers."""
-    import yaml
+class _BatchBackend(Backend):
+    """Workers from a batch system; the study's scheduler runs here (SLURM) or in the
+    cluster (Kubernetes), and its workers are other nodes either way."""
 
-    if spec.cluster.backend == "slurm":
-        return slurm_job_script(spec)
-    if spec.cluster.backend == "kubernetes":
-        return yaml.safe_dump(kubernetes_manifest(spec), sort_keys=False)
-    from hpsearch.cluster._local import worker_specs
+    @property
+    def remote(self) -> str | None:
+        return BATCH
 
-    size = int(spec.objective.gpus_per_trial or 1)
-    if spec.cluster.scheduler:
-        return (
-            f"existing Dask scheduler {spec.cluster.scheduler}: trials go to its workers; start them "
-            f"on each node with: hpsearch worker {spec.cluster.scheduler} --gpus auto --gpus-per-trial {size}"
-        )
-    specs, plan = worker_specs(gpus=gpus, gpus_per_trial=int(spec.objective.gpus_per_trial or 1))
-    lines = [f"local cluster: {len(specs)} worker processes on 127.0.0.1 ({plan.describe()})"]
-    for name, worker in specs.items():
-        opts = worker["options"]
-        lines.append(
-            f"  {name}: resources {opts['resources']}, env {dict((k, v) for k, v in opts['env'].items() if k.startswith(('HPSEARCH', 'CUDA')))}"
-        )
-    return "\n".join(lines)
+    @abc.abstractmethod
+    def _cluster(self) -> Any:
+        """The started dask-jobqueue or dask-kubernetes cluster object."""
+
+    @contextlib.contextmanager
+    def start(self) -> Iterator[Client]:
+        from distributed import Client
+
+        batch = self._cluster()
+        client = Client(batch)
+        try:
+            adapt = self.spec.cluster.adapt
+            wanted = (adapt.minimum if adapt else 1) or 1
+            client.wait_for_workers(wanted, timeout=BATCH_WORKER_TIMEOUT_S)
+            yield client
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+            with contextlib.suppress(Exception):
+                batch.close()
+
+
+class SlurmBackend(_BatchBackend):
+    """SLURM jobs submitted through dask-jobqueue (``cluster.backend: slurm``)."""
+
+    def render(self) -> str:
+        return slurm_job_script(self.spec)
+
+    def _cluster(self) -> Any:
+        return start_slurm_cluster(self.spec)
+
+
+class KubernetesBackend(_BatchBackend):
+    """Pods of the Dask Kubernetes operator (``cluster.backend: kubernetes``)."""
+
+    def render(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(kubernetes_manifest(self.spec), sort_keys=False)
+
+    def _cluster(self) -> Any:
+        return start_kubernetes_cluster(self.spec)

@@ -1,0 +1,92 @@
+"""What every cluster back-end offers: the text ``--dry-run`` prints, and a client to run on.
+
+A back-end is chosen from the spec by :func:`hpsearch.cluster._open.backend_for`; the study
+asks it where the workers are (to refuse a tracking file they cannot write, and to pick the
+interface the storage proxy listens on), then opens it for the length of the run.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from hpsearch.spec import StudySpec
+
+#: :attr:`Backend.remote` of a batch cluster: its workers are other nodes, wherever its scheduler.
+BATCH = "batch"
+
+
+def trial_size(spec: StudySpec) -> int:
+    """The devices one trial takes when ``gpus_per_trial`` is not searched (at least 1)."""
+    return int(spec.objective.gpus_per_trial or 1)
+
+
+def trial_sizes(spec: StudySpec) -> list[int]:
+    """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
+    p = spec.space.get("gpus_per_trial")
+    if p is None:
+        return [trial_size(spec)]
+    if p.type == "categorical":
+        return sorted({int(cast("float | str", c)) for c in p.choices})
+    return list(range(int(p.low), int(p.high) + 1, int(getattr(p, "step", 1) or 1)))
+
+
+def proxy_host(remote: str | None) -> str:
+    """Where the storage proxy listens: loopback, or the interface that reaches the workers."""
+    if remote is None:
+        return "127.0.0.1"
+    from distributed.utils import get_ip
+
+    if remote == BATCH:  # the nodes of a batch cluster: the machine's outward interface
+        try:
+            return get_ip()
+        except OSError:
+            import socket
+
+            return socket.gethostbyname(socket.gethostname())
+    return get_ip(remote)
+
+
+class Backend(abc.ABC):
+    """One way of getting a Dask cluster for a study.
+
+    Args:
+        spec: the study spec; its ``cluster`` section says how the cluster starts.
+    """
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self._started: contextlib.AbstractContextManager[Client] | None = None
+
+    @property
+    def remote(self) -> str | None:
+        """The workers' host when they are on other machines (:data:`BATCH` for a batch
+        cluster), or ``None`` when they run on this one."""
+        return None
+
+    @property
+    def proxy_host(self) -> str:
+        """The address the storage proxy should listen on for these workers."""
+        return proxy_host(self.remote)
+
+    @abc.abstractmethod
+    def render(self) -> str:
+        """What the cluster would run, as text, without starting or submitting anything."""
+
+    @abc.abstractmethod
+    def start(self) -> contextlib.AbstractContextManager[Client]:
+        """Start or join the cluster: a context manager yielding a ``distributed.Client``
+        and closing what it started on the way out."""
+
+    def __enter__(self) -> Client:
+        self._started = self.start()
+        return self._started.__enter__()
+
+    def __exit__(self, *exc_info: object) -> bool | None:
+        started, self._started = self._started, None
+        assert started is not None, "the back-end was not entered"
+        return started.__exit__(*exc_info)  # type: ignore[arg-type]
