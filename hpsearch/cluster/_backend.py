@@ -20,16 +20,11 @@ if TYPE_CHECKING:
 BATCH = "batch"
 
 
-def trial_size(spec: StudySpec) -> int:
-    """The devices one trial takes when ``gpus_per_trial`` is not searched (at least 1)."""
-    return int(spec.objective.gpus_per_trial or 1)
-
-
 def trial_sizes(spec: StudySpec) -> list[int]:
     """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
     p = spec.space.get("gpus_per_trial")
     if p is None:
-        return [trial_size(spec)]
+        return [spec.trial_size]
     if p.type == "categorical":
         return sorted({int(cast("float | str", c)) for c in p.choices})
     return list(range(int(p.low), int(p.high) + 1, int(getattr(p, "step", 1) or 1)))

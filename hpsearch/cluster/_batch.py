@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.cluster._backend import BATCH, Backend, trial_size
+from hpsearch.cluster._backend import BATCH, Backend
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -31,7 +31,7 @@ BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S",
 
 
 def _worker_args(spec: StudySpec, gpus: int) -> list[str]:
-    return ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(trial_size(spec))]
+    return ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(spec.trial_size)]
 
 
 def slurm_options(spec: StudySpec) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from hpsearch.cluster._backend import Backend, trial_size, trial_sizes
+from hpsearch.cluster._backend import Backend, trial_sizes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -61,7 +61,7 @@ class LocalBackend(Backend):
     def render(self) -> str:
         from hpsearch.cluster._local import worker_specs
 
-        specs, plan = worker_specs(gpus=local_gpus(self.spec), gpus_per_trial=trial_size(self.spec))
+        specs, plan = worker_specs(gpus=local_gpus(self.spec), gpus_per_trial=self.spec.trial_size)
         lines = [f"local cluster: {len(specs)} worker processes on 127.0.0.1 ({plan.describe()})"]
         for name, worker in specs.items():
             opts = worker["options"]
@@ -113,7 +113,7 @@ class SchedulerBackend(Backend):
         return _remote_host(self.address)
 
     def render(self) -> str:
-        address, size = self.address, trial_size(self.spec)
+        address, size = self.address, self.spec.trial_size
         return (
             f"existing Dask scheduler {address}: trials go to its workers; start them "
             f"on each node with: hpsearch worker {address} --gpus auto --gpus-per-trial {size}"

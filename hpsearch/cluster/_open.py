@@ -18,14 +18,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from hpsearch.cluster._backend import Backend, trial_size, trial_sizes
+from hpsearch.cluster._backend import Backend, trial_sizes
 
 if TYPE_CHECKING:
     from distributed import Client
 
     from hpsearch.spec import StudySpec
 
-__all__ = ["Backend", "backend_for", "open_client", "trial_size", "trial_sizes"]
+__all__ = ["Backend", "backend_for", "open_client", "trial_sizes"]
 
 
 def backend_for(spec: StudySpec, *, client: Client | None = None) -> Backend:
