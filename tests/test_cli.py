@@ -26,7 +26,8 @@ cluster: {n_workers: 2}
 
 BAD = {
     "unknown-key": (
-        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nserch: {}\n",
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n"
+        "serch: {}\n",
         ["serch", "did you mean 'search'"],
     ),
     "low-high": (
@@ -34,7 +35,8 @@ BAD = {
         ["space.lr", "low"],
     ),
     "log-zero": (
-        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.0, high: 0.1, log: true}}\n",
+        "name: a\nobjective: {model: cnn}\n"
+        "space: {lr: {type: float, low: 0.0, high: 0.1, log: true}}\n",
         ["space.lr", "log"],
     ),
     "empty-choices": (
@@ -42,15 +44,18 @@ BAD = {
         ["space.opt", "choices"],
     ),
     "pruner": (
-        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\nsearch: {pruner: hyperbnd}\n",
+        "name: a\nobjective: {model: cnn}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n"
+        "search: {pruner: hyperbnd}\n",
         ["search.pruner", "hyperband"],
     ),
     "precision": (
-        "name: a\nobjective: {model: cnn, precision: fp8}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n",
+        "name: a\nobjective: {model: cnn, precision: fp8}\n"
+        "space: {lr: {type: float, low: 0.1, high: 1}}\n",
         ["objective.precision", "bf16"],
     ),
     "type": (
-        "name: a\nobjective: {model: cnn, epochs: many}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n",
+        "name: a\nobjective: {model: cnn, epochs: many}\n"
+        "space: {lr: {type: float, low: 0.1, high: 1}}\n",
         ["objective.epochs", "many"],
     ),
     "import": (
@@ -198,6 +203,7 @@ def test_an_unreachable_tracking_server_is_one_line_at_start(tmp_path):
     assert proc.returncode == 2, out
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines == [
-        "error: MLflow tracking server http://127.0.0.1:9 is unreachable: [Errno 111] Connection refused"
+        "error: MLflow tracking server http://127.0.0.1:9 is unreachable: "
+        "[Errno 111] Connection refused"
     ], out
     assert not (tmp_path / "runs").exists(), "nothing half-written"
