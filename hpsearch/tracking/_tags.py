@@ -1,0 +1,75 @@
+"""Every MLflow tag name hpsearch writes or searches by, and the run names, in one place.
+
+The trial-level names double as Optuna user attributes of the same meaning (a trial's
+``hpsearch.fail_reason`` is both an attribute in the study and a tag on its run).
+"""
+
+from __future__ import annotations
+
+# MLflow's own tags
+PARENT_RUN_ID = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
+#: MLflow 3's UI opens an experiment without a kind in its GenAI (traces) view; this kind
+#: makes it open the runs table, with the trials nested under the study's run.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+# Which study and which trial a run belongs to
+STUDY = "hpsearch.study"
+ROLE = "hpsearch.role"
+#: The value of :data:`ROLE` on the study's parent run.
+ROLE_STUDY = "study"
+STORAGE = "hpsearch.storage"
+TRIAL_NUMBER = "hpsearch.trial_number"
+STATE = "hpsearch.state"
+
+# The study's parent run: its setup and summary
+SPEC_HASH = "hpsearch.spec_hash"
+SAMPLER = "hpsearch.sampler"
+PRUNER = "hpsearch.pruner"
+N_TRIALS = "hpsearch.n_trials"
+BEST_TRIAL = "hpsearch.best_trial"
+N_ENDED = "hpsearch.n_ended"
+
+# A trial's run: where and how it ran
+WORKER = "hpsearch.worker"
+PID = "hpsearch.pid"
+DEVICES = "hpsearch.devices"
+WORLD_SIZE = "hpsearch.world_size"
+ATTEMPT = "hpsearch.attempt"
+PRECISION = "hpsearch.precision"
+DEVICE_NAME = "hpsearch.device_name"
+DEVICE_MEMORY_MIB = "hpsearch.device_memory_mib"
+TASK = "hpsearch.task"
+N_TRAIN = "hpsearch.n_train"
+N_VAL = "hpsearch.n_val"
+RESUMED_FROM_EPOCH = "hpsearch.resumed_from_epoch"
+
+# A trial's run: how it ended
+FAIL_REASON = "hpsearch.fail_reason"
+ERROR_TYPE = "hpsearch.error_type"
+ERROR_MESSAGE = "hpsearch.error_message"
+PRUNE_REASON = "hpsearch.prune_reason"
+PRUNE_STEP = "hpsearch.prune_step"
+PRUNE_VALUE = "hpsearch.prune_value"
+
+#: Longest reason kept in a :data:`FAIL_REASON` tag.
+REASON_LIMIT = 5000
+
+#: A trial's run name while it runs, and once it ended.
+RUN_NAME_RUNNING = "trial-{number}"
+RUN_NAME_ENDED = "trial-{number} {state}"
+#: The name of a trial run's record in the backlog folder (one per process and run).
+BACKLOG_RECORD = "trial-{number}-{pid}-{run_id:x}.json"
+
+
+def run_name(trial_number: int, state: str | None = None) -> str:
+    """``trial-7`` while it runs, ``trial-7 PRUNED`` once it ended."""
+    if state is None:
+        return RUN_NAME_RUNNING.format(number=trial_number)
+    return RUN_NAME_ENDED.format(number=trial_number, state=state)
+
+
+def tag_filter(tag: str, value: object) -> str:
+    """The MLflow search clause ``tags.`TAG` = 'VALUE'``."""
+    return f"tags.`{tag}` = '{value}'"
