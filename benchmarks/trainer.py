@@ -166,8 +166,9 @@ class _Bench:
         self._server.join(10)
 
     def trial(self) -> float:
-        from hpsearch.runner import TrialTask, run_trial
         from hpsearch.space import to_distributions
+        from hpsearch.training._runner import run_trial
+        from hpsearch.trial import TrialTask
 
         trial = self.study.ask(to_distributions(self.spec.space))
         task = TrialTask(

@@ -31,7 +31,7 @@ __all__ = [
 _LAZY = {
     "Study": "hpsearch.study",
     "StudySpec": "hpsearch.spec",
-    "TrialContext": "hpsearch.runner",
+    "TrialContext": "hpsearch.trial",
     "HpsearchError": "hpsearch.exceptions",
     "SpecError": "hpsearch.exceptions",
     "ClusterError": "hpsearch.exceptions",
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         SpecError,
         TrackingError,
     )
-    from hpsearch.runner import TrialContext
+    from hpsearch.trial import TrialContext
     from hpsearch.spec import StudySpec
     from hpsearch.study import Study
 

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
-from hpsearch.runner import TrialOutcome, TrialTask, run_trial
 from hpsearch.space import to_distributions
+from hpsearch.training._runner import run_trial
+from hpsearch.trial import TrialOutcome, TrialTask
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -283,7 +284,7 @@ class Coordinator:
     def _losses_of(self, info: _InFlight) -> int:
         """How many times this trial's worker was lost: counted here, or by its starts
         (where Dask retried the task on other workers before giving up)."""
-        from hpsearch.runner import ATTEMPT_ATTR
+        from hpsearch.trial import ATTEMPT_ATTR
 
         self._losses[info.number] = self._losses.get(info.number, 0) + 1
         try:

@@ -51,8 +51,8 @@ def dask_setup(worker: Any) -> None:
     import optuna
     from optuna.storages import GrpcStorageProxy  # noqa: F401
 
-    import hpsearch.runner
     import hpsearch.tracking
+    import hpsearch.training._runner
 
     hpsearch.tracking.fail_fast_http()
 

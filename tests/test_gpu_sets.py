@@ -8,11 +8,10 @@ import threading
 
 import pytest
 
-from hpsearch.cluster import DeviceAllocator, plan_sets, worker_specs
+from hpsearch.cluster import DeviceAllocator, WorkerDevices, plan_sets, worker_specs
 from hpsearch.cluster._base import Capacity
 from hpsearch.cluster._gpus import GpuInfo, _visible_filter, parse_nvidia_smi
 from hpsearch.exceptions import ClusterError, GpuAllocationError
-from hpsearch.runner import WorkerDevices
 
 
 def _check_plan(devices, size, plan):

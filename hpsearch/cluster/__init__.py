@@ -6,6 +6,7 @@ k GPUs, ``SLOT=k`` for k CPU slots on a machine without GPUs. Every trial asks f
 """
 
 from hpsearch.cluster._base import Capacity, capacity, check_workers, connect
+from hpsearch.cluster._env import WorkerDevices, cores, lease_devices
 from hpsearch.cluster._gpus import (
     DeviceAllocator,
     GpuInfo,
@@ -26,10 +27,13 @@ __all__ = [
     "DeviceAllocator",
     "GpuInfo",
     "GpuPlan",
+    "WorkerDevices",
     "capacity",
     "check_workers",
     "connect",
+    "cores",
     "discover_gpus",
+    "lease_devices",
     "nvml_links",
     "plan_sets",
     "start_local_cluster",

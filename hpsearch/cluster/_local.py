@@ -19,30 +19,17 @@ cluster is a ``SpecCluster`` whose workers each get their own. Everything listen
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dask
 
+from hpsearch.cluster._env import cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.exceptions import GpuAllocationError
 
 if TYPE_CHECKING:
     from distributed import SpecCluster
-
-#: The environment a worker gets from its layout (read by the trial runner).
-ENV_KIND = "HPSEARCH_DEVICE_KIND"  # "cuda" or "cpu"
-ENV_IDS = "HPSEARCH_DEVICE_IDS"  # physical GPU indices, or CPU slot ids: "2,3"
-ENV_THREADS = "HPSEARCH_THREADS"  # CPU threads of the whole worker
-ENV_LEASE = "HPSEARCH_LEASE"  # "1": the worker leases subsets to trials of different sizes
-
-
-def cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 def _worker(
@@ -55,20 +42,7 @@ def _worker(
     lease: bool,
     resource: str,
 ) -> dict[str, Any]:
-    env = {
-        ENV_KIND: kind,
-        ENV_IDS: ",".join(map(str, ids)),
-        ENV_THREADS: str(threads),
-        # Dask's Nanny would pin these to 1; a trial's torch uses its share of the cores.
-        "OMP_NUM_THREADS": str(max(1, threads // max(1, nthreads))),
-        "MKL_NUM_THREADS": str(max(1, threads // max(1, nthreads))),
-        "MLFLOW_LOGGING_LEVEL": "WARNING",
-        "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
-    }
-    if kind == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
-    if lease:
-        env[ENV_LEASE] = "1"
+    env = worker_env(kind=kind, ids=ids, threads=threads, nthreads=nthreads, lease=lease)
     return {
         "cls": "distributed.Nanny",
         "options": {
@@ -113,7 +87,8 @@ def worker_specs(
         >>> specs, plan = worker_specs(gpus=[0, 1, 2, 3, 4], gpus_per_trial=2, n_cores=10)
         >>> plan.sets, plan.leftover
         (((0, 1), (2, 3)), (4,))
-        >>> specs["hpsearch-1"]["options"]["env"]["CUDA_VISIBLE_DEVICES"], specs["hpsearch-1"]["options"]["resources"]
+        >>> options = specs["hpsearch-1"]["options"]
+        >>> options["env"]["CUDA_VISIBLE_DEVICES"], options["resources"]
         ('2,3', {'GPU': 2})
     """
     n_cores = n_cores or cores()
@@ -128,7 +103,8 @@ def worker_specs(
     if gpus_per_trial > len(devices):
         what = "GPUs" if gpus else "CPU slots"
         raise GpuAllocationError(
-            f"a trial needs gpus_per_trial={gpus_per_trial} {what} but this node has {len(devices)}",
+            f"a trial needs gpus_per_trial={gpus_per_trial} {what} "
+            f"but this node has {len(devices)}",
             needed=gpus_per_trial,
             found=len(devices),
         )

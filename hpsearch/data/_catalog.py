@@ -133,8 +133,8 @@ def describe(dataset: Any, *, source: Path | None = None, check_files: bool = Tr
                 _check_text(resolve_path(path, source), path)
             return DataInfo(path, "language_model", "tokens")
         if suffix == ".npz":
-            kind = _check_npz(resolve_path(path, source), path) if check_files else None
-            return DataInfo(path, "classification", kind)
+            npz = _check_npz(resolve_path(path, source), path) if check_files else None
+            return DataInfo(path, "classification", npz)
         raise ValueError(f"{path!r}: a data file must be .npz (arrays x, y) or .txt (a corpus)")
     name = dataset.get("name")
     if not isinstance(name, str):
@@ -155,7 +155,10 @@ def check_for_model(info: DataInfo, model: str) -> str | None:
     """Why ``model`` cannot train on ``info`` (``None`` when it can, or when not yet known)."""
     tasks, kinds = FAMILY_INPUTS[model]
     if info.task is not None and info.task not in tasks:
-        return f"model {model!r} cannot train on {info.label!r}, a {info.task.replace('_', ' ')} data set"
+        return (
+            f"model {model!r} cannot train on {info.label!r}, "
+            f"a {info.task.replace('_', ' ')} data set"
+        )
     if info.kind is not None and info.kind not in kinds:
         return (
             f"model {model!r} cannot train on {info.label!r}: its inputs are {info.kind} "
@@ -207,7 +210,8 @@ def _check_npz(path: Path, given: str) -> str:
             if missing:
                 raise ValueError(
                     f"{given!r} has no array {' or '.join(map(repr, missing))} "
-                    f"(it holds: {', '.join(sorted(names)) or 'nothing'}; needed: x, y, optional x_val, y_val)"
+                    f"(it holds: {', '.join(sorted(names)) or 'nothing'}; "
+                    "needed: x, y, optional x_val, y_val)"
                 )
             if ("x_val" in names) != ("y_val" in names):
                 raise ValueError(f"{given!r}: give both x_val and y_val, or neither")
@@ -230,7 +234,8 @@ def _check_npz(path: Path, given: str) -> str:
                 k = npz_kind(x.ndim, np.issubdtype(x.dtype, np.integer))
                 if kind is not None and (k != kind or x.shape[1:] != arrays["x"].shape[1:]):
                     raise ValueError(
-                        f"{given!r}: x_val's samples have shape {x.shape[1:]}, x's {arrays['x'].shape[1:]}"
+                        f"{given!r}: x_val's samples have shape {x.shape[1:]}, "
+                        f"x's {arrays['x'].shape[1:]}"
                     )
                 kind = k
             if arrays["x"].shape[0] < 2:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hpsearch.data import _catalog
 
 if TYPE_CHECKING:
-    from hpsearch.data._base import DataSplit
+    from hpsearch.data._split import DataSplit
 
 
 def load_npz(path: Path, *, options: Mapping[str, Any], seed: int) -> DataSplit:
@@ -22,7 +22,7 @@ def load_npz(path: Path, *, options: Mapping[str, Any], seed: int) -> DataSplit:
     """
     import numpy as np
 
-    from hpsearch.data._base import classification_split
+    from hpsearch.data._split import classification_split
 
     kind = _catalog.describe({"path": str(path)}).kind  # checks the file, as at study load
     with np.load(path, allow_pickle=False) as arrays:
@@ -85,7 +85,7 @@ def materialise(result: Any, *, name: str, seed: int) -> DataSplit:
     """
     import torch
 
-    from hpsearch.data._base import DataSplit
+    from hpsearch.data._split import DataSplit
 
     if isinstance(result, DataSplit):
         return result
@@ -116,7 +116,7 @@ def materialise(result: Any, *, name: str, seed: int) -> DataSplit:
 
 
 def _from_tensors(name: str, arrays: dict[str, Any], *, kind: str, seed: int) -> DataSplit:
-    from hpsearch.data._base import classification_split
+    from hpsearch.data._split import classification_split
 
     info: dict[str, Any] = {"kind": kind, "source": name}
     if kind == "tokens":

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from hpsearch.data._base import DataSplit
+    from hpsearch.data._split import DataSplit
 
 #: Pure-Python standard-library modules whose source is the "code" class of docs-or-code.
 CODE_MODULES = (
@@ -111,7 +111,7 @@ def corpus_split(
     Options: ``max_chars`` (use only the first ones), ``block`` (default 257: 256 inputs,
     each predicting the next), ``val_fraction`` (default 0.1 of the blocks, chosen by seed).
     """
-    from hpsearch.data._base import DataSplit, split_indices
+    from hpsearch.data._split import DataSplit, split_indices
 
     if options.get("max_chars"):
         text = text[: int(options["max_chars"])]
@@ -156,14 +156,15 @@ def docs_or_code(options: Mapping[str, Any], seed: int) -> DataSplit:
     """Windows of ``length`` (64) characters, ``per_class`` (2000) of each class, by seed."""
     import torch
 
-    from hpsearch.data._base import classification_split
+    from hpsearch.data._split import classification_split
 
     length = int(options.get("length", 64))
     per_class = int(options.get("per_class", 2000))
     docs, code = python_docs_text(), python_code_text()
     vocab = CharVocab.build(docs, code)
     g = torch.Generator().manual_seed(seed)
-    xs, ys = [], []
+    xs: list[torch.Tensor] = []
+    ys: list[int] = []
     for label, text in enumerate((docs, code)):
         windows = _windows(text, length)
         pick = torch.randperm(len(windows), generator=g)[:per_class]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpsearch.models._base import ModelFamily
 
@@ -23,7 +23,7 @@ class CNNFamily(ModelFamily):
     """
 
     name = "cnn"
-    defaults = {
+    defaults: ClassVar[Mapping[str, Any]] = {
         "n_blocks": 2,
         "channels": 32,
         "kernel_size": 3,

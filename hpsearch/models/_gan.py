@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpsearch.models._base import ModelFamily
 
@@ -26,8 +26,8 @@ class GANFamily(ModelFamily):
     """
 
     name = "gan"
-    trainer = "gan"
-    defaults = {
+    trainer = "hpsearch.training._gan:GANTrainer"
+    defaults: ClassVar[Mapping[str, Any]] = {
         "latent_dim": 64,
         "g_hidden": 256,
         "g_layers": 2,

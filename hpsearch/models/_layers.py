@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -65,7 +65,7 @@ def sequence_input(data: DataSplit, width: int) -> nn.Module:
 class SequenceClassifier(nn.Module):
     """input layer -> ``cell`` (rnn | gru | lstm) -> dense over the last step's state."""
 
-    CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
+    CELLS: ClassVar[dict[str, type[nn.Module]]] = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
     def __init__(
         self,

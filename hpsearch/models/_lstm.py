@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpsearch.models._base import ModelFamily
 
@@ -29,7 +29,7 @@ class LSTMFamily(ModelFamily):
     """
 
     name = "lstm"
-    defaults = {
+    defaults: ClassVar[Mapping[str, Any]] = {
         "embedding_dim": 64,
         "hidden_size": 128,
         "num_layers": 1,

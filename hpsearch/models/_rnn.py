@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpsearch.models._base import ModelFamily
 
@@ -23,7 +23,7 @@ class RNNFamily(ModelFamily):
     """
 
     name = "rnn"
-    defaults = {
+    defaults: ClassVar[Mapping[str, Any]] = {
         "cell": "gru",
         "embedding_dim": 32,
         "hidden_size": 64,

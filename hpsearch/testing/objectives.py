@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import optuna
+
+if TYPE_CHECKING:
+    from hpsearch.trial import TrialContext
 
 
 def trivial(trial: optuna.Trial) -> float:
@@ -26,7 +30,7 @@ def staircase(trial: optuna.Trial) -> float:
     return x
 
 
-def with_context(trial: optuna.Trial, ctx: object) -> float:
+def with_context(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Takes the optional context; records the process it ran in."""
     x = trial.suggest_float("x", 0.0, 1.0)
     trial.set_user_attr("pid", os.getpid())
@@ -69,7 +73,7 @@ def sleepy(trial: optuna.Trial) -> float:
     return x
 
 
-def _note(ctx: object, trial: optuna.Trial, text: str) -> None:
+def _note(ctx: TrialContext, trial: optuna.Trial, text: str) -> None:
     """Append a line to this rank's notes file in the study folder (for tests)."""
     folder = ctx.study_dir
     rank = getattr(ctx, "rank", 0)
@@ -77,7 +81,7 @@ def _note(ctx: object, trial: optuna.Trial, text: str) -> None:
         f.write(text + "\n")
 
 
-def ranked_staircase(trial: optuna.Trial, ctx: object) -> float:
+def ranked_staircase(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Like ``staircase`` on every rank of a data-parallel trial; each rank notes its steps."""
     x = trial.suggest_float("x", 0.0, 1.0)
     for step in range(5):
@@ -88,7 +92,7 @@ def ranked_staircase(trial: optuna.Trial, ctx: object) -> float:
     return x
 
 
-def rank1_raises(trial: optuna.Trial, ctx: object) -> float:
+def rank1_raises(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Rank 1 raises at step 2 of trial 0 while rank 0 waits in a collective."""
     import torch
     import torch.distributed as dist
@@ -103,7 +107,7 @@ def rank1_raises(trial: optuna.Trial, ctx: object) -> float:
     return x
 
 
-def ranked_sleepy(trial: optuna.Trial, ctx: object) -> float:
+def ranked_sleepy(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Reports once a second for 8 steps on every rank (to be killed)."""
     import torch
     import torch.distributed as dist
@@ -117,7 +121,7 @@ def ranked_sleepy(trial: optuna.Trial, ctx: object) -> float:
     return x
 
 
-def record_devices(trial: optuna.Trial, ctx: object) -> float:
+def record_devices(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Records the devices it ran on and when (for exclusivity checks)."""
     x = trial.suggest_float("x", 0.0, 1.0)
     size = trial.suggest_categorical("gpus_per_trial", [1, 2])
@@ -139,7 +143,7 @@ def hangs_on_odd(trial: optuna.Trial) -> float:
     return x
 
 
-def steady(trial: optuna.Trial, ctx: object) -> float:
+def steady(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Eight steps of half a second, each reported and logged with a second metric."""
     x = trial.suggest_float("x", 0.0, 1.0)
     for step in range(1, 9):

@@ -1,4 +1,5 @@
-"""Mixed precision with one code path: a precision string in, an autocast context and a scaler out."""
+"""Mixed precision with one code path: a precision string in, an autocast context and a
+scaler out."""
 
 from __future__ import annotations
 

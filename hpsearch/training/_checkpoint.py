@@ -36,7 +36,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class CheckpointStore:
-    """Checkpoints of one trial: ``DIR/trial-N.pt`` (latest) and ``trial-N.prev.pt`` (the one before).
+    """Checkpoints of one trial: ``DIR/trial-N.pt`` (latest) and ``trial-N.prev.pt`` (the one
+    before).
 
     :meth:`save` serialises the state at once (so training may go on changing the weights)
     and writes it from a background thread, off the training loop; :meth:`wait` (called at

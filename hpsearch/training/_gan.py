@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hpsearch.training._amp import autocast
 from hpsearch.training._loop import Trainer, make_optimizer
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.runner import TrialContext
+    from hpsearch.models._layers import GAN
+    from hpsearch.trial import TrialContext
 
 #: Generated and real samples compared by the MMD each epoch (at most).
 MMD_SAMPLES = 512
@@ -55,7 +56,7 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, bandwidth: float) -> float:
 
     x, y = x.double(), y.double()
     dxx, dyy, dxy = torch.cdist(x, x) ** 2, torch.cdist(y, y) ** 2, torch.cdist(x, y) ** 2
-    kxx = kyy = kxy = 0.0
+    kxx, kyy, kxy = torch.zeros_like(dxx), torch.zeros_like(dyy), torch.zeros_like(dxy)
     for s in MMD_SCALES:
         gamma = 1.0 / (2.0 * (s * bandwidth) ** 2)
         kxx = kxx + torch.exp(-gamma * dxx)
@@ -86,7 +87,7 @@ class GANTrainer(Trainer):
         import torch
 
         super().__init__(params, **kwargs)
-        model = model.to(self.device)
+        model = cast("GAN", model.to(self.device))
         self.gan = model
         self.latent_dim = int(model.latent_dim)
         self.generator = self._ddp(model.generator)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.runner import TrialContext
+    from hpsearch.models._base import ModelFamily
+    from hpsearch.trial import TrialContext
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 
@@ -161,13 +162,22 @@ class Trainer(ABC):
 
     @abstractmethod
     def train_epoch(self, data: DataSplit, epoch: int) -> dict[str, float]:
-        """One pass over this rank's shard of the training data; the epoch's losses and throughput."""
+        """One pass over this rank's shard of the training data; the epoch's losses and
+        throughput."""
 
     @abstractmethod
     def evaluate(self, data: DataSplit) -> dict[str, float]:
         """The validation metrics (the same on every rank)."""
 
-    def finish(self, ctx: TrialContext) -> None:
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the trainer (models, optimizers, scaler)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def finish(self, ctx: TrialContext) -> None:  # noqa: B027 (optional hook)
         """At the end of a trial that was not pruned: log what the trainer has to show."""
 
     @staticmethod
@@ -210,7 +220,8 @@ class SupervisedTrainer(Trainer):
         length = blocks.shape[1] - 1
         if not 1 <= self.seq_len <= length:
             raise ValueError(
-                f"seq_len must be between 1 and {length} (the corpus blocks' length - 1), got {self.seq_len}"
+                f"seq_len must be between 1 and {length} (the corpus blocks' length - 1), "
+                f"got {self.seq_len}"
             )
         n = length // self.seq_len
         used = n * self.seq_len
@@ -303,11 +314,13 @@ class SupervisedTrainer(Trainer):
 
 
 def make_trainer(
-    family: Any, model: torch.nn.Module, params: Mapping[str, Any], data: DataSplit, **kwargs: Any
+    family: ModelFamily,
+    model: torch.nn.Module,
+    params: Mapping[str, Any],
+    data: DataSplit,
+    **kwargs: Any,
 ) -> Trainer:
-    """The trainer of ``family`` (``supervised`` or ``gan``) for ``model`` on ``data``."""
-    if family.trainer == "gan":
-        from hpsearch.training._gan import GANTrainer
-
-        return GANTrainer(model, params, data, **kwargs)
-    return SupervisedTrainer(model, params, data, **kwargs)
+    """The trainer ``family`` names (:attr:`~hpsearch.models._base.ModelFamily.trainer`) for
+    ``model`` on ``data``."""
+    trainer: Any = family.trainer_class()
+    return trainer(model, params, data, **kwargs)

@@ -17,7 +17,7 @@ import optuna
 from hpsearch.exceptions import TrialDiverged
 
 if TYPE_CHECKING:
-    from hpsearch.runner import TrialContext
+    from hpsearch.trial import TrialContext
 
 
 def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
@@ -112,7 +112,8 @@ def _epochs(
         metrics = {**train, **val}
         if metric not in metrics:
             raise KeyError(
-                f"objective.metric {metric!r} is not computed by model {spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
+                f"objective.metric {metric!r} is not computed by model "
+                f"{spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
             )
         value = metrics.pop(metric)
         ctx.log_metrics(metrics, step=epoch)  # a resumed trial's run skips the steps it holds

@@ -30,7 +30,7 @@ def main() -> None:
     import torch.distributed  # noqa: F401
 
     import hpsearch.tracking
-    from hpsearch.runner import run_rank
+    from hpsearch.training._runner import run_rank
 
     hpsearch.tracking.fail_fast_http()
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
+from hpsearch.cluster._env import rank_env
+
 log = logging.getLogger(__name__)
 
 ENV_ADDRESS = "HPSEARCH_RANK_ADDRESS"
@@ -109,13 +111,9 @@ class RankPool:
                 ENV_ADDRESS: f"{host}:{port}",
                 ENV_AUTHKEY: self._authkey.hex(),
                 ENV_PARENT: str(os.getpid()),
-                "OMP_NUM_THREADS": str(threads),
-                "MKL_NUM_THREADS": str(threads),
-                "HPSEARCH_THREADS": str(threads),
+                **rank_env(kind=kind, device_id=device_id, threads=threads),
             }
         )
-        if kind == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = str(device_id)
         popen = subprocess.Popen(
             [sys.executable, "-m", "hpsearch.training._rank_main"],
             env=env,
@@ -128,12 +126,14 @@ class RankPool:
             while popen.pid not in self._arrived:
                 if popen.poll() is not None:
                     raise RuntimeError(
-                        f"rank process for {kind}:{device_id} exited with {popen.returncode} at start"
+                        f"rank process for {kind}:{device_id} exited with "
+                        f"{popen.returncode} at start"
                     )
                 if time.monotonic() > deadline:
                     popen.kill()
                     raise RuntimeError(
-                        f"rank process for {kind}:{device_id} did not start in {START_TIMEOUT_S:.0f} s"
+                        f"rank process for {kind}:{device_id} did not start in "
+                        f"{START_TIMEOUT_S:.0f} s"
                     )
                 self._cond.wait(0.2)
             conn = self._arrived.pop(popen.pid)
@@ -183,7 +183,7 @@ class RankPool:
         deadline = None if timeout is None else time.monotonic() + timeout
         grace_end: float | None = None
         while pending:
-            ready = wait(list(pending), timeout=0.5)
+            ready = [c for c in wait(list(pending), timeout=0.5) if isinstance(c, Connection)]
             for conn in ready:
                 rank = pending.pop(conn)
                 try:
@@ -215,12 +215,6 @@ class RankPool:
                     self._drop(procs)  # the others may hang in a collective: end them
                 break
         return result, failure
-
-    def close(self) -> None:
-        with self._lock:
-            for proc in self._procs.values():
-                proc.kill()
-            self._procs.clear()
 
 
 def _exit_text(popen: subprocess.Popen[bytes]) -> str:

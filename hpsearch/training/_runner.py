@@ -1,0 +1,391 @@
+"""The trial runner: what a Dask worker executes for one trial.
+
+A trial task carries plain values (the spec, the trial's id, where the study and the
+tracking store are). The runner opens the study through the coordinator's gRPC storage
+proxy, so the objective holds a real :class:`optuna.Trial`: ``suggest_*`` returns the
+parameters the coordinator asked for, ``report`` and ``should_prune`` reach the study, and
+every report is mirrored to the trial's MLflow run. The runner never raises for a trial's
+own failure: it returns a :class:`~hpsearch.trial.TrialOutcome` and the coordinator tells
+Optuna.
+
+The functions Dask runs by name on the workers: :func:`run_trial`, :func:`flush_tracking`,
+:func:`spool_tracking`; a rank process runs :func:`run_rank`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
+from hpsearch.exceptions import TrialDiverged
+from hpsearch.storage import proxy_client
+from hpsearch.tracking import TrialRun
+from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
+from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
+
+# Per-process caches: a worker runs many trials of the same study.
+_studies: dict[tuple[str, str], optuna.Study] = {}
+_studies_lock = threading.Lock()
+
+
+def _worker_study(task: TrialTask) -> optuna.Study:
+    from hpsearch.pruning import build_pruner
+    from hpsearch.sampling import build_sampler
+
+    key = (task.storage_url or f"{task.proxy.host}:{task.proxy.port}", task.study_name)
+    with _studies_lock:
+        study = _studies.get(key)
+        if study is None:
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.load_study(
+                study_name=task.study_name,
+                storage=task.storage_url or proxy_client(task.proxy),
+                # Only objectives that suggest beyond the declared space sample here.
+                sampler=build_sampler(task.spec, seed_offset=os.getpid()),
+                pruner=build_pruner(task.spec),
+            )
+            _studies[key] = study
+        return study
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "local"
+
+
+def _objective(task: TrialTask) -> Callable[..., float]:
+    if task.objective is not None:
+        return task.objective
+    spec = task.spec
+    if spec.is_user_objective:
+        from hpsearch.spec import load_user_objective
+
+        return load_user_objective(spec.objective.model, task.search_paths)
+    from hpsearch.training._objective import builtin_objective
+
+    return builtin_objective
+
+
+def _wants_context(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def trial_size(task: TrialTask) -> int:
+    """How many devices this trial trains across."""
+    return int(task.size or task.spec.objective.gpus_per_trial or 1)
+
+
+def run_trial(task: TrialTask) -> TrialOutcome:
+    """Run one trial on this worker's devices and say how it ended (never raises for the trial)."""
+    devices = WorkerDevices.from_env()
+    size = trial_size(task)
+    with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
+        threads = devices.rank_threads(size)
+        if size == 1 and task.spec.objective.trial_timeout is None:
+            # In the worker's own process: no start-up at all. A trial with a time limit
+            # runs in a rank process instead, which can be killed when the limit passes.
+            return execute(
+                task,
+                devices=devices,
+                device_ids=ids,
+                local=[devices.local_device(ids[0])],
+                n_threads=threads,
+            )
+        return _run_ranks(task, devices, ids, threads)
+
+
+def _run_ranks(
+    task: TrialTask, devices: WorkerDevices, ids: list[int], threads: int
+) -> TrialOutcome:
+    from hpsearch.training._ranks import rank_pool
+
+    start = time.perf_counter()
+    result, failure = rank_pool().run(
+        {"task": task, "kind": devices.kind, "device_ids": ids, "worker": _worker_address()},
+        kind=devices.kind,
+        device_ids=ids,
+        threads=threads,
+        timeout=task.spec.objective.trial_timeout,
+    )
+    if failure is None and isinstance(result, TrialOutcome):
+        result.worker = _worker_address()
+        return result
+    # A rank failed (or rank 0 could not say): close the trial's run with the reason.
+    first, _, tb = (failure.reason if failure else "rank 0 returned no result").partition("\n")
+    timed_out = failure is not None and failure.rank == -1
+    if timed_out:
+        first = f"{first} (objective.trial_timeout); its processes were killed"
+    outcome = TrialOutcome(
+        task.trial_number,
+        "FAIL",
+        reason=first,
+        error_type="TrialTimeout" if timed_out else "RankFailure",
+        worker=_worker_address(),
+        pid=os.getpid(),
+        duration_s=time.perf_counter() - start,
+    )
+    run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
+    run.set_tags(
+        {
+            "hpsearch.fail_reason": first[:5000],
+            "hpsearch.error_type": outcome.error_type,
+            "hpsearch.error_message": first[:5000],
+        }
+    )
+    if tb:
+        run.log_text(tb, "traceback.txt")
+    run.finish("FAIL")
+    return outcome
+
+
+def _count_attempt(study: optuna.Study, trial_id: int) -> int:
+    """Record one more start of this trial in the study; return its number (1 the first time).
+
+    The coordinator reads it when a worker is lost, so that losses are counted even where
+    Dask itself retried the task on another worker first.
+    """
+    attrs = study._storage.get_trial(trial_id).user_attrs
+    attempt = int(attrs.get(ATTEMPT_ATTR, 0)) + 1
+    study._storage.set_trial_user_attr(trial_id, ATTEMPT_ATTR, attempt)
+    return attempt
+
+
+def execute(
+    task: TrialTask,
+    *,
+    devices: WorkerDevices,
+    device_ids: list[int],
+    local: list[str],
+    n_threads: int,
+    rank: int = 0,
+    world_size: int = 1,
+    worker: str | None = None,
+) -> TrialOutcome:
+    """Run the objective in this process: the trial's only rank, or its rank 0."""
+    start = time.perf_counter()
+    worker, pid = worker or _worker_address(), os.getpid()
+    spec = task.spec
+    outcome = TrialOutcome(task.trial_number, "FAIL", worker=worker, pid=pid)
+    try:
+        study = _worker_study(task)
+        attempt = _count_attempt(study, task.trial_id)
+    except Exception:  # the study is unreachable: the run below records why
+        study, attempt = None, 1
+    resumed = task.resume or attempt > 1
+    run = TrialRun(
+        task.tracking,
+        task.trial_number,
+        tags={
+            "hpsearch.worker": worker,
+            "hpsearch.pid": pid,
+            "hpsearch.devices": devices.label(device_ids),
+            "hpsearch.world_size": world_size,
+            "hpsearch.attempt": attempt,
+        },
+        resume=resumed,
+    )
+    tracked: TrackedTrial | None = None
+    try:
+        if study is None:
+            study = _worker_study(task)
+        tracked = TrackedTrial(
+            study, task.trial_id, run=run, metric=spec.metric, pruner_name=spec.search.pruner.name
+        )
+        trial: Any = (
+            tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
+        )
+        run.log_params({**spec.objective.params, **tracked.params})
+        ctx = TrialContext(
+            spec=spec,
+            trial_number=task.trial_number,
+            devices=local,
+            n_threads=n_threads,
+            study_dir=Path(task.study_dir),
+            checkpoint_dir=Path(task.study_dir) / "checkpoints",
+            worker=worker,
+            resumed=resumed,
+            run=run,
+            rank=rank,
+            world_size=world_size,
+            device_ids=devices.label(device_ids).split(","),
+        )
+        objective = _objective(task)
+        if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
+            sys.modules["torch"].set_num_threads(ctx.n_threads)
+        value = objective(trial, ctx) if _wants_context(objective) else objective(trial)
+        value = float(value)  # type: ignore[arg-type]
+        if not math.isfinite(value):
+            raise TrialDiverged(f"objective returned {value}", step=tracked.last_step, value=value)
+        outcome.state, outcome.value = "COMPLETE", value
+    except optuna.TrialPruned as exc:
+        outcome.state = "PRUNED"
+        decision = tracked.prune_decision if tracked is not None else None
+        if decision is None:  # pruned without asking should_prune
+            step = tracked.last_step if tracked is not None else None
+            decision = {
+                "step": step,
+                "value": None,
+                "reason": f"the objective raised TrialPruned ({exc})"
+                if str(exc)
+                else "the objective raised TrialPruned",
+            }
+        outcome.last_step = decision["step"]
+        outcome.reason = decision["reason"]
+        tags = {"hpsearch.prune_reason": decision["reason"]}
+        if decision["step"] is not None:
+            tags["hpsearch.prune_step"] = decision["step"]
+        if decision["value"] is not None:
+            tags["hpsearch.prune_value"] = decision["value"]
+        run.set_tags(tags)
+    except Exception as exc:
+        from hpsearch.training import is_oom
+
+        outcome.error_type = type(exc).__name__
+        if isinstance(exc, TrialDiverged):
+            outcome.reason = f"diverged: {exc}"
+        elif is_oom(exc):
+            outcome.reason = f"out of memory: {exc}"
+        else:
+            outcome.reason = f"{type(exc).__name__}: {exc}"
+        tb = traceback.format_exc()
+        run.set_tags(
+            {
+                "hpsearch.fail_reason": outcome.reason[:5000],
+                "hpsearch.error_type": outcome.error_type,
+                "hpsearch.error_message": str(exc)[:5000],
+            }
+        )
+        run.log_text(tb, "traceback.txt")
+        outcome.extra["traceback"] = tb
+    if tracked is not None:
+        try:
+            tracked.flush_reports()  # every report is in the study before the coordinator tells
+        except Exception as exc:
+            outcome.state, outcome.value = "FAIL", None
+            outcome.reason = f"could not report to the study: {type(exc).__name__}: {exc}"
+        outcome.last_step = (
+            outcome.last_step if outcome.last_step is not None else tracked.last_step
+        )
+        run.log_params(tracked.params)  # parameters suggested inside the objective
+    outcome.duration_s = time.perf_counter() - start
+    run.finish(outcome.state)
+    return outcome
+
+
+def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
+    """One rank of a data-parallel trial, in a rank process: join the group, train, leave."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    task: TrialTask = payload["task"]
+    rank, world = int(payload["rank"]), int(payload["world_size"])
+    kind = payload["kind"]
+    threads = int(os.environ.get(ENV_THREADS) or 1)
+    torch.set_num_threads(threads)
+    if kind == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group(
+        "nccl" if kind == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{payload['master_port']}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=300),
+    )
+    try:
+        local = ["cuda:0" if kind == "cuda" else "cpu"]
+        devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
+        if rank == 0:
+            outcome = execute(
+                task,
+                devices=devices,
+                device_ids=list(devices.ids),
+                local=local,
+                n_threads=threads,
+                rank=0,
+                world_size=world,
+                worker=payload.get("worker"),
+            )
+            from hpsearch.tracking import flush, spool
+
+            # This process may be ended with its pool: leave nothing unwritten, or else on disk.
+            if flush(60.0):
+                spool(Path(task.study_dir) / "tracking-backlog")
+            return outcome
+        _follow(
+            task,
+            local=local,
+            n_threads=threads,
+            rank=rank,
+            world_size=world,
+            labels=devices.label(devices.ids).split(","),
+        )
+        return None
+    finally:
+        dist.destroy_process_group()
+
+
+def _follow(
+    task: TrialTask,
+    *,
+    local: list[str],
+    n_threads: int,
+    rank: int,
+    world_size: int,
+    labels: list[str],
+) -> None:
+    ctx = TrialContext(
+        spec=task.spec,
+        trial_number=task.trial_number,
+        devices=local,
+        n_threads=n_threads,
+        study_dir=Path(task.study_dir),
+        checkpoint_dir=Path(task.study_dir) / "checkpoints",
+        worker="",
+        resumed=task.resume,
+        run=None,
+        rank=rank,
+        world_size=world_size,
+        device_ids=labels,
+    )
+    objective = _objective(task)
+    trial = DistributedTrial(None, number=task.trial_number)
+    with contextlib.suppress(optuna.TrialPruned, TrialDiverged):  # rank 0 records the decision
+        objective(trial, ctx) if _wants_context(objective) else objective(trial)
+
+
+def flush_tracking(timeout: float | None = None) -> int:
+    """Wait for this worker's pending MLflow writes (run on every worker at the end of a study)."""
+    from hpsearch.tracking import flush, flush_timeout
+
+    return flush(flush_timeout() if timeout is None else timeout)
+
+
+def spool_tracking(folder: str) -> int:
+    """Save this worker's MLflow writes that could not be made to ``folder``; return how many
+    runs."""
+    from hpsearch.tracking import spool
+
+    return spool(folder)
