@@ -47,9 +47,9 @@ if TYPE_CHECKING:
         SpecError,
         TrackingError,
     )
-    from hpsearch.trial import TrialContext
     from hpsearch.spec import StudySpec
     from hpsearch.study import Study
+    from hpsearch.trial import TrialContext
 
 
 def __getattr__(name: str) -> Any:

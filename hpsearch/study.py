@@ -280,7 +280,6 @@ class Study:
         from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator, best_trial
         from hpsearch.pruning import build_pruner
-        from hpsearch.training._runner import flush_tracking, spool_tracking
         from hpsearch.sampling import build_sampler
         from hpsearch.storage import StorageProxy, open_storage
         from hpsearch.tracking import (
@@ -290,6 +289,7 @@ class Study:
             flush_timeout,
             replay_backlog,
         )
+        from hpsearch.training._runner import flush_tracking, spool_tracking
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec

@@ -119,7 +119,8 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
     """Parse ``nvidia-smi --query-gpu=index,name,memory.total,uuid --format=csv,noheader,nounits``.
 
     Example:
-        >>> parse_nvidia_smi("0, NVIDIA H200, 143771, GPU-aa\\n1, NVIDIA H200, 143771, GPU-bb\\n")[1]
+        >>> text = "0, NVIDIA H200, 143771, GPU-aa\\n1, NVIDIA H200, 143771, GPU-bb\\n"
+        >>> parse_nvidia_smi(text)[1]
         GpuInfo(index=1, name='NVIDIA H200', memory_mib=143771, uuid='GPU-bb')
     """
     gpus = []
@@ -321,7 +322,8 @@ class DeviceAllocator:
             free = [d for d in self.devices if d not in self.leased]
             if size > len(free):
                 raise GpuAllocationError(
-                    f"{owner} needs {size} device(s) but only {len(free)} of {len(self.devices)} are free",
+                    f"{owner} needs {size} device(s) but only {len(free)} "
+                    f"of {len(self.devices)} are free",
                     needed=size,
                     found=len(free),
                 )

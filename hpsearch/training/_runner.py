@@ -93,7 +93,7 @@ def _wants_context(fn: Callable[..., Any]) -> bool:
 
 def trial_size(task: TrialTask) -> int:
     """How many devices this trial trains across."""
-    return int(task.size or task.spec.objective.gpus_per_trial or 1)
+    return int(task.size or task.spec.trial_size)
 
 
 def run_trial(task: TrialTask) -> TrialOutcome:
