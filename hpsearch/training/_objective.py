@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from hpsearch.exceptions import TrialDiverged
+from hpsearch.exceptions import MetricNotReported, TrialDiverged
 
 if TYPE_CHECKING:
     from hpsearch.trial import TrialContext
@@ -111,7 +111,7 @@ def _epochs(
         train.pop("samples", None)
         metrics = {**train, **val}
         if metric not in metrics:
-            raise KeyError(
+            raise MetricNotReported(
                 f"objective.metric {metric!r} is not computed by model "
                 f"{spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
             )

@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
-from hpsearch.exceptions import TrialDiverged
+from hpsearch.exceptions import TrialDiverged, failure_reason
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
@@ -262,12 +262,10 @@ def execute(
         from hpsearch.training import is_oom
 
         outcome.error_type = type(exc).__name__
-        if isinstance(exc, TrialDiverged):
-            outcome.reason = f"diverged: {exc}"
-        elif is_oom(exc):
+        if is_oom(exc) and not isinstance(exc, TrialDiverged):
             outcome.reason = f"out of memory: {exc}"
         else:
-            outcome.reason = f"{type(exc).__name__}: {exc}"
+            outcome.reason = failure_reason(exc)
         tb = traceback.format_exc()
         run.set_tags(
             {
