@@ -20,6 +20,8 @@ from hpsearch.exceptions import SpecError
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
 
+from .conftest import free_port
+
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
 
 
@@ -217,9 +219,9 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
     """What an adaptive cluster does, on one machine: a worker joins late, another leaves."""
     from distributed import Client
 
-    from .test_multinode import BIN, _port, _wait_workers, stop_processes
+    from .test_multinode import _wait_workers, start_scheduler, stop_processes
 
-    port = _port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     worker = [
@@ -233,23 +235,7 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
         "--slots",
         "1",
     ]
-    procs = [
-        subprocess.Popen(
-            [
-                f"{BIN}/dask",
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            env=env,
-            start_new_session=True,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    procs = [start_scheduler(port, env)]
     try:
         procs.append(
             subprocess.Popen(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -17,14 +16,30 @@ from optuna.storages.journal import JournalFileBackend
 from hpsearch import Study
 from hpsearch.testing import user_spec
 
+from .conftest import free_port
+
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_scheduler(port: int, env: dict[str, str], *flags: str) -> subprocess.Popen:
+    """``dask scheduler`` on 127.0.0.1:``port``, in a process group of its own."""
+    return subprocess.Popen(
+        [
+            f"{BIN}/dask",
+            "scheduler",
+            *flags,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dashboard-address",
+            "127.0.0.1:0",
+        ],
+        env=env,
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait_workers(address: str, n: int, timeout: float = 90) -> dict:
@@ -48,26 +63,10 @@ def stop_processes(procs: list[subprocess.Popen]) -> None:
 
 
 def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_path):
-    port = _port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [
-        subprocess.Popen(
-            [
-                f"{BIN}/dask",
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            env=env,
-            start_new_session=True,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    procs = [start_scheduler(port, env)]
     try:
         procs.append(
             subprocess.Popen(

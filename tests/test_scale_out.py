@@ -51,32 +51,16 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
     import subprocess
     import sys
 
-    from .test_multinode import BIN, _port, _wait_workers, stop_processes
+    from .test_multinode import _wait_workers, start_scheduler, stop_processes
 
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{database}_mlflow"')
     server = Server(tmp_path, free_port())
     server.backend = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}_mlflow"
-    port = _port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [
-        subprocess.Popen(
-            [
-                f"{BIN}/dask",
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            env=env,
-            start_new_session=True,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    procs = [start_scheduler(port, env)]
     try:
         for name in ("node-a", "node-b"):
             procs.append(

@@ -14,6 +14,8 @@ import pytest
 from hpsearch import Study
 from hpsearch.testing import user_spec
 
+from .conftest import free_port
+
 pytestmark = pytest.mark.slow
 
 
@@ -84,33 +86,14 @@ def _refused(address: str) -> bool:
 
 
 def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
-    from .test_multinode import BIN, _port, stop_processes
+    from .test_multinode import start_scheduler, stop_processes
 
     tls = _certificates(tmp_path)
-    port = _port()
+    port = free_port()
     address = f"tls://127.0.0.1:{port}"
     flags = ["--tls-ca-file", tls["ca_file"], "--tls-cert", tls["cert"], "--tls-key", tls["key"]]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [
-        subprocess.Popen(
-            [
-                f"{BIN}/dask",
-                "scheduler",
-                "--protocol",
-                "tls",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                "127.0.0.1:0",
-                *flags,
-            ],
-            env=env,
-            start_new_session=True,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    procs = [start_scheduler(port, env, "--protocol", "tls", *flags)]
     try:
         procs.append(
             subprocess.Popen(
