@@ -30,6 +30,25 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
+class _QuietWhileClosing:
+    """Drop the worker's heartbeat tracebacks once it is closing.
+
+    A cluster closing while a trial still runs (Ctrl-C, the end of a study) closes the
+    scheduler's side of the heartbeat before the busy worker has stopped; Dask logs the
+    broken heartbeat with a full traceback, though nothing is wrong. While the worker runs,
+    the same message still gets through: then the scheduler is really gone.
+    """
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def filter(self, record: Any) -> bool:
+        from distributed.core import Status
+
+        heartbeat = str(record.msg).startswith("Failed to communicate with scheduler")
+        return not (heartbeat and self.worker.status != Status.running)
+
+
 def dask_setup(worker: Any) -> None:
     import os
     import signal
@@ -46,6 +65,10 @@ def dask_setup(worker: Any) -> None:
     # and closes the cluster; a worker dying of it on its own would only print a traceback.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    import logging
+
+    logging.getLogger("distributed.worker").addFilter(_QuietWhileClosing(worker))
 
     import mlflow  # noqa: F401
     import optuna

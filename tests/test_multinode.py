@@ -133,3 +133,24 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
         assert not (run_dir / "too-big").exists(), "a study the cluster cannot run creates nothing"
     finally:
         stop_processes(procs)
+
+
+def test_a_closing_worker_keeps_its_heartbeat_traceback_to_itself():
+    import logging
+    from types import SimpleNamespace
+
+    from distributed.core import Status
+
+    from hpsearch.preload import _QuietWhileClosing
+
+    worker = SimpleNamespace(status=Status.running)
+    quiet = _QuietWhileClosing(worker)
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, "", 0, msg, None, None)
+
+    heartbeat = "Failed to communicate with scheduler during heartbeat."
+    assert quiet.filter(record(heartbeat))  # while running, a lost scheduler is news
+    worker.status = Status.closing
+    assert not quiet.filter(record(heartbeat))
+    assert quiet.filter(record("Compute Failed"))  # everything else still gets through
