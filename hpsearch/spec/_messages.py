@@ -201,12 +201,23 @@ def _fields(model: type[BaseModel]) -> list[str]:
     return [name for name in model.model_fields if name != "source"]
 
 
+def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel]:
+    """The section model at ``loc`` inside ``model`` (``model`` where loc leaves sections)."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        inner = field.annotation if field is not None else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            break
+        model = inner
+    return model
+
+
 def _message(error: Any, model: type[_Spec]) -> str:
     kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
     if kind == "hpsearch":
         return str(ctx["message"])
     if kind == "extra_forbidden":
-        allowed = _fields(model)
+        allowed = _fields(_model_at(model, error["loc"][:-1]))
         return f"unknown key{_did_you_mean(str(error['loc'][-1]), allowed)} {_allowed(allowed)}"
     if kind == "missing":
         return "required"

@@ -69,6 +69,61 @@ class Precision(str, Enum):
     AUTO = "auto"
 
 
+class Strategy(str, Enum):
+    """How a trial's device set trains one model."""
+
+    DDP = "ddp"  # data parallel: every device holds the whole model
+    FSDP = "fsdp"  # sharded: parameters, gradients and optimizer state split over the set
+    PIPELINE = "pipeline"  # the model cut into stages, one stage per device
+
+
+class Schedule(str, Enum):
+    """The micro-batch schedule of a pipeline."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+
+
+def _parallel_shorthand(value: Any) -> Any:
+    """``parallel: fsdp`` is ``parallel: {strategy: fsdp}``."""
+    return {"strategy": value} if isinstance(value, str) else value
+
+
+class ParallelSpec(_Spec):
+    """How the devices of a trial's set share its model.
+
+    Example:
+        >>> ParallelSpec.model_validate({"strategy": "pipeline", "stages": 2}).schedule.value
+        '1f1b'
+    """
+
+    strategy: Annotated[
+        Strategy, BeforeValidator(_choice("strategy", [s.value for s in Strategy]))
+    ] = Field(
+        default=Strategy.DDP,
+        description=(
+            "ddp | fsdp | pipeline. Default ddp. The layout may be searched as the space key "
+            "'parallel.strategy'."
+        ),
+    )
+    stages: Annotated[int | None, BeforeValidator(_optional(_expect_int))] = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Pipeline stages; must divide the trial's set size (k devices, s stages: k/s "
+            "pipelines train data-parallel). Default null: one stage per device."
+        ),
+    )
+    microbatches: _Int = Field(
+        default=4,
+        ge=1,
+        description="Micro-batches per batch of a pipeline; must divide the batch. Default 4.",
+    )
+    schedule: Annotated[
+        Schedule, BeforeValidator(_choice("schedule", [s.value for s in Schedule]))
+    ] = Field(default=Schedule.ONE_F_ONE_B, description="gpipe | 1f1b. Default 1f1b.")
+
+
 class Direction(str, Enum):
     """Whether the study maximizes or minimizes its metric."""
 
@@ -159,6 +214,13 @@ class ObjectiveSpec(_Spec):
     ] = Field(default=Precision.AUTO, description="fp32 | bf16 | fp16 | auto. Default auto.")
     gpus_per_trial: _Int = Field(
         default=1, ge=1, description="GPUs (or CPU slots) per trial. Default 1."
+    )
+    parallel: Annotated[ParallelSpec, BeforeValidator(_parallel_shorthand)] = Field(
+        default_factory=ParallelSpec,
+        description=(
+            "How a trial's devices share its model: ddp, fsdp or pipeline, or a mapping "
+            "{strategy, stages, microbatches, schedule}. Default ddp."
+        ),
     )
     params: Annotated[dict[str, Any], BeforeValidator(_check_params)] = Field(
         default_factory=dict, description="Fixed hyperparameters, not searched. Default {}."

@@ -33,6 +33,7 @@ from hpsearch.spec._sections import (
     USER_OBJECTIVE_METRIC,
     Direction,
     ObjectiveSpec,
+    ParallelSpec,
     SamplerSpec,
     SearchSpec,
     TrackingSpec,
@@ -41,6 +42,7 @@ from hpsearch.spec._sections import (
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _NO_FILE = "<study>"
+PARALLEL_PREFIX = "parallel."  # space keys that search the layout: parallel.strategy, ...
 
 
 def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
@@ -291,11 +293,19 @@ class StudySpec(_Spec):
 
         Metric and direction are written resolved, so the dict (and :attr:`spec_hash`) records
         what the study really optimizes; samplers and pruners without options are written as
-        their name.
+        their name, and the parallel layout as its strategy (not at all for ddp).
         """
         data = self.model_dump(mode="json")
         data["objective"]["metric"] = self.metric
         data["objective"]["direction"] = self.direction.value
+        parallel = data["objective"].pop("parallel")
+        default = ParallelSpec(strategy=self.objective.parallel.strategy).model_dump(mode="json")
+        # The layout in full where it says more than its strategy; ddp, the default, is left
+        # out, so that the spec_hash of a study written before layouts existed is kept.
+        if parallel != default:
+            data["objective"]["parallel"] = parallel
+        elif parallel["strategy"] != "ddp":
+            data["objective"]["parallel"] = parallel["strategy"]
         for key in ("sampler", "pruner"):
             strategy = data["search"][key]
             data["search"][key] = (
@@ -328,6 +338,27 @@ class StudySpec(_Spec):
         this is then the size of a trial that does not say.
         """
         return int(self.objective.gpus_per_trial or 1)
+
+    def parallel_for(self, params: Mapping[str, Any]) -> ParallelSpec:
+        """The parallel layout of a trial with ``params``: ``objective.parallel``, with the
+        parts the space searches (``parallel.strategy``, ``parallel.stages``, ...) taken from
+        the trial's parameters.
+
+        Example:
+            >>> spec = StudySpec.model_validate({"name": "s", "objective": {"model": "cnn"},
+            ...     "space": {"parallel.strategy": {"type": "categorical",
+            ...                                     "choices": ["ddp", "fsdp"]}}})
+            >>> spec.parallel_for({"parallel.strategy": "fsdp"}).strategy.value
+            'fsdp'
+        """
+        searched = {
+            key.removeprefix(PARALLEL_PREFIX): value
+            for key, value in params.items()
+            if key.startswith(PARALLEL_PREFIX)
+        }
+        if not searched:
+            return self.objective.parallel
+        return ParallelSpec.model_validate({**self.objective.parallel.model_dump(), **searched})
 
     @property
     def metric(self) -> str:
