@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
+from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.space import to_distributions
 from hpsearch.training._runner import run_trial
 from hpsearch.trial import TrialOutcome, TrialTask
@@ -125,8 +126,8 @@ class Coordinator:
         self._durations: list[float] = []
         self._losses: dict[int, int] = {}  # trial number -> times its worker was lost
         self._last_loss: dict[int, str] = {}  # trial number -> why it ended after its last loss
-        self._storage = study._storage
-        self._study_id = study._study_id
+        self._storage = storage_of(study)
+        self._study_id = study_id_of(study)
         self._capacity_read = time.monotonic()
 
     def _refresh_capacity(self) -> None:
@@ -242,7 +243,7 @@ class Coordinator:
 
     def _ask(self) -> _Ready:
         trial = self.study.ask(self.distributions)
-        return _Ready(trial._trial_id, trial.number, resume=False, size=self._size(trial.params))
+        return _Ready(trial_id_of(trial), trial.number, resume=False, size=self._size(trial.params))
 
     def _fits(self, item: _Ready) -> bool:
         """Whether ``item`` fits the devices not in use (and the concurrency limit)."""
@@ -348,7 +349,7 @@ class Coordinator:
         trials = self._count()
         # Trials an earlier coordinator left running are run again first (from checkpoints).
         ready = [
-            _Ready(t._trial_id, t.number, resume=True, size=self._size(t.params))
+            _Ready(trial_id_of(t), t.number, resume=True, size=self._size(t.params))
             for t in trials
             if t.state == TrialState.RUNNING
         ]

@@ -18,6 +18,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._optuna import hyperband_bracket, percentile, reduction_factor
 from hpsearch.spec import PRUNER_CLASSES
 
 if TYPE_CHECKING:
@@ -201,10 +202,10 @@ def _rung_explanation(
     key = f"{_RUNG_PREFIX}{rung}"
     where = f"rung {rung}"
     if isinstance(pruner, HyperbandPruner):
-        bracket = _hyperband_bracket(pruner, study, me)
-        trials = [t for t in trials if _hyperband_bracket(pruner, study, t) == bracket]
+        bracket = hyperband_bracket(pruner, study, me)
+        trials = [t for t in trials if hyperband_bracket(pruner, study, t) == bracket]
         where = f"bracket {bracket}, rung {rung}"
-    eta = _reduction_factor(pruner)
+    eta = reduction_factor(pruner)
     competing = [
         float(t.system_attrs[key]) for t in trials if t.number != number and key in t.system_attrs
     ]
@@ -226,21 +227,8 @@ _RUNG_PREFIX = "completed_rung_"
 _RUNG_BASED = ("successive_halving", "hyperband")
 
 
-# Optuna has no public way to read a pruner's settings or a trial's Hyperband bracket: the
-# three helpers below read private attributes, checked on Optuna 5.1 (a test pins the version
-# and checks them against the pruners' own behaviour). Nothing else in hpsearch reads them.
-def _reduction_factor(pruner: Any) -> int:
-    return int(pruner._reduction_factor)
-
-
-def _hyperband_bracket(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> int:
-    return int(pruner._get_bracket_id(study, trial))
-
-
 def _percentile_of(study: optuna.Study) -> float | None:
     from optuna.pruners import PercentilePruner
 
     pruner = study.pruner
-    if isinstance(pruner, PercentilePruner):
-        return float(pruner._percentile)
-    return None
+    return percentile(pruner) if isinstance(pruner, PercentilePruner) else None

@@ -104,6 +104,29 @@ def test_pruning_stops_every_rank_at_the_same_step(run_dir, two_slot_client):
             assert len(steps[0]) == 5
 
 
+def test_every_rank_holds_a_full_optuna_trial(run_dir, two_slot_client):
+    import json
+
+    spec = user_spec("ddp-api", "hpsearch.testing.objectives:trial_api", n_trials=1)
+    spec["objective"]["gpus_per_trial"] = 2
+    Study(spec, run_dir=run_dir, client=two_slot_client).run()
+    (trial,) = _study(run_dir, "ddp-api").trials
+    assert trial.state == TrialState.COMPLETE
+    seen = [json.loads((run_dir / "ddp-api" / f"notes-0-rank{r}.txt").read_text()) for r in (0, 1)]
+    assert seen[0] == seen[1], "every rank sees the same trial"
+    assert seen[0] == {
+        "base_trial": True,
+        "number": 0,
+        "params": trial.params,
+        "distributions": ["depth", "x"],
+        "attempt": 1,
+        "depth_seen": trial.params["depth"],
+        "started": True,
+    }
+    assert trial.user_attrs["depth_seen"] == trial.params["depth"]
+    assert trial.value == pytest.approx(trial.params["x"] + trial.params["depth"])
+
+
 def test_a_rank_that_raises_fails_the_trial_without_a_hang(run_dir, two_slot_client):
     spec = user_spec(
         "ddp-raise", "hpsearch.testing.objectives:rank1_raises", n_trials=2, max_concurrent=1

@@ -290,27 +290,3 @@ def test_percentile_pruner_is_explained_by_its_percentile() -> None:
     assert pruned
     # Maximising, the 25 % pruner keeps what is above the 75th percentile.
     assert all("is worse than the 75th percentile" in text for text in pruned)
-
-
-def test_private_pruner_settings_are_read_on_a_checked_optuna() -> None:
-    """hpsearch.pruning reads three private pruner attributes: checked on Optuna 5.0 and 5.1."""
-    from hpsearch.pruning import _hyperband_bracket, _percentile_of, _reduction_factor
-
-    assert optuna.__version__.split(".")[:2] in (["5", "0"], ["5", "1"]), optuna.__version__
-    assert _reduction_factor(optuna.pruners.SuccessiveHalvingPruner(reduction_factor=4)) == 4
-    hyperband = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
-    assert _reduction_factor(hyperband) == 3
-    study = optuna.create_study(pruner=hyperband)
-    for _ in range(6):
-        trial = study.ask()
-        trial.report(1.0, 1)
-        trial.should_prune()  # places the trial in its bracket
-        study.tell(trial, 1.0)
-    for bracket in range(3):
-        members = {t.number for t in hyperband._create_bracket_study(study, bracket).get_trials()}
-        ours = {
-            t.number for t in study.trials if _hyperband_bracket(hyperband, study, t) == bracket
-        }
-        assert members == ours
-    study = optuna.create_study(pruner=optuna.pruners.PercentilePruner(10.0))
-    assert _percentile_of(study) == 10.0

@@ -92,6 +92,28 @@ def ranked_staircase(trial: optuna.Trial, ctx: TrialContext) -> float:
     return x
 
 
+def trial_api(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Uses the trial as a plain Optuna objective would, on every rank; each rank notes what
+    its trial showed (for tests of the data-parallel trial)."""
+    import json
+
+    x = trial.suggest_float("x", 0.0, 1.0)  # from the declared space
+    depth = trial.suggest_int("depth", 1, 4)  # beyond it: sampled on rank 0
+    trial.set_user_attr("depth_seen", depth)
+    seen = {
+        "base_trial": isinstance(trial, optuna.trial.BaseTrial),
+        "number": trial.number,
+        "params": trial.params,
+        "distributions": sorted(trial.distributions),
+        "attempt": trial.user_attrs.get("hpsearch.attempt"),
+        "depth_seen": trial.user_attrs.get("depth_seen"),
+        "started": trial.datetime_start is not None,
+    }
+    _note(ctx, trial, json.dumps(seen, sort_keys=True))
+    trial.report(x, 0)
+    return x + depth
+
+
 def rank1_raises(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Rank 1 raises at step 2 of trial 0 while rank 0 waits in a collective."""
     import torch

@@ -165,9 +165,11 @@ def _count_attempt(study: optuna.Study, trial_id: int) -> int:
     The coordinator reads it when a worker is lost, so that losses are counted even where
     Dask itself retried the task on another worker first.
     """
-    attrs = study._storage.get_trial(trial_id).user_attrs
-    attempt = int(attrs.get(ATTEMPT_ATTR, 0)) + 1
-    study._storage.set_trial_user_attr(trial_id, ATTEMPT_ATTR, attempt)
+    from hpsearch._optuna import storage_of
+
+    storage = storage_of(study)
+    attempt = int(storage.get_trial(trial_id).user_attrs.get(ATTEMPT_ATTR, 0)) + 1
+    storage.set_trial_user_attr(trial_id, ATTEMPT_ATTR, attempt)
     return attempt
 
 

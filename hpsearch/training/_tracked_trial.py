@@ -5,17 +5,22 @@ every rank sees the same suggestions and decisions, made on rank 0.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 
+from hpsearch._optuna import cached_trial
 from hpsearch.exceptions import TrialDiverged
 from hpsearch.pruning import explain_prune
 
 if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution, CategoricalChoiceType
+    from optuna.storages import BaseStorage
+
     from hpsearch.tracking import TrialRun
 
 
@@ -25,21 +30,23 @@ class TrackedTrial(optuna.Trial):
     A step that an earlier attempt of the trial already reported is skipped (no duplicate
     in Optuna or in MLflow), and a non-finite value is never reported: it raises
     :class:`~hpsearch.exceptions.TrialDiverged` instead, so the pruner never sees a NaN.
+    Reports go through Optuna's own :meth:`optuna.Trial.report`; only its storage write is
+    taken off the training loop (see :class:`_QueuedReports`).
     """
 
     def __init__(
         self, study: optuna.Study, trial_id: int, *, run: TrialRun, metric: str, pruner_name: str
     ) -> None:
         super().__init__(study, trial_id)
+        self._reports = _QueuedReports(self.storage)
+        self.storage = cast("BaseStorage", self._reports)
         self._run = run
         self._metric = metric
         self._pruner_name = pruner_name
-        self.last_step: int | None = max(
-            self._cached_frozen_trial.intermediate_values, default=None
-        )
+        earlier = cached_trial(self).intermediate_values
+        self.last_step: int | None = max(earlier, default=None)
         self.prune_decision: dict[str, Any] | None = None
-        self._reports: list[Future[None]] = []
-        for step, value in sorted(self._cached_frozen_trial.intermediate_values.items()):
+        for step, value in sorted(earlier.items()):
             # Reports of an earlier attempt: MLflow gets them again in case that attempt's
             # write was lost with its worker (the run skips the steps it already holds).
             if math.isfinite(value):
@@ -47,45 +54,36 @@ class TrackedTrial(optuna.Trial):
 
     def already_reported(self, step: int) -> bool:
         """Whether ``step`` was reported (by this attempt or an earlier one)."""
-        return int(step) in self._cached_frozen_trial.intermediate_values
+        return int(step) in cached_trial(self).intermediate_values
 
     def report(self, value: float, step: int) -> None:
-        """Report like :meth:`optuna.Trial.report`, with the storage write off the training loop.
+        """Report as :meth:`optuna.Trial.report` does, and log the value to MLflow.
 
-        The value is in this trial's view at once (``should_prune`` sees it); the write to
-        the study goes through one ordered background thread, and :meth:`flush_reports`
-        (called before the trial's result is returned) waits for it.
+        The value is in this trial's view at once (``should_prune`` sees it); its write to
+        the study is queued, and :meth:`flush_reports` (called before the trial's result is
+        returned) waits for it. A step reported before (by an earlier attempt) is skipped.
         """
-        value = float(value)
-        step = int(step)
-        if step < 0:
-            raise ValueError(f"`{step=}` must be non-negative.")
+        value, step = float(value), int(step)
         if not math.isfinite(value):
             raise TrialDiverged(f"{self._metric} is {value} at step {step}", step=step, value=value)
-        if step in self._cached_frozen_trial.intermediate_values:
-            return  # reported by an earlier attempt: the study keeps that value
-        self._cached_frozen_trial.intermediate_values[step] = value
-        self._reports.append(
-            _report_writer().submit(
-                self.storage.set_trial_intermediate_value, self._trial_id, step, value
-            )
-        )
+        if self.already_reported(step):
+            return  # the study keeps the earlier attempt's value
+        super().report(value, step)
         self.last_step = step
         self._run.log_metrics({self._metric: value}, step)
 
     def flush_reports(self) -> None:
         """Wait until every report is in the study; raise if one could not be written."""
-        pending, self._reports = self._reports, []
-        for future in pending:
-            future.result()
+        self._reports.flush()
 
     def should_prune(self) -> bool:
         decision = super().should_prune()
         if decision and self.last_step is not None:
-            value = self._cached_frozen_trial.intermediate_values[self.last_step]
+            frozen = cached_trial(self)
+            value = frozen.intermediate_values[self.last_step]
             reason = explain_prune(
                 self.study,
-                self._cached_frozen_trial,
+                frozen,
                 self.last_step,
                 value,
                 pruner_name=self._pruner_name,
@@ -95,6 +93,35 @@ class TrackedTrial(optuna.Trial):
         return decision
 
 
+class _QueuedReports:
+    """A trial's storage, with its intermediate-value writes sent by a background thread.
+
+    ``optuna.Trial.report`` writes each value to the storage before it returns: a round
+    trip to the gRPC proxy (or the database) every epoch, on the training loop's time. This
+    view of the storage queues those writes, in order, on one thread per process and
+    passes every other call straight through; :meth:`flush` waits for the queue.
+    """
+
+    def __init__(self, storage: BaseStorage) -> None:
+        self._storage = storage
+        self._pending: list[Future[None]] = []
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, value: float) -> None:
+        self._pending.append(
+            _report_writer().submit(
+                self._storage.set_trial_intermediate_value, trial_id, step, value
+            )
+        )
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+
 def _report_writer() -> ThreadPoolExecutor:
     """One thread per process sends reports to the study, in order."""
     from hpsearch._threads import ordered_executor
@@ -102,19 +129,37 @@ def _report_writer() -> ThreadPoolExecutor:
     return ordered_executor("hpsearch-report")
 
 
-class DistributedTrial:
-    """The trial as every rank of a data-parallel trial sees it.
+class DistributedTrial(optuna.trial.BaseTrial):
+    """The trial as every rank of a data-parallel trial sees it: a full Optuna trial, so an
+    objective written for :class:`optuna.Trial` runs unchanged on every rank.
 
-    Rank 0 holds the real (tracked) trial; the others hold none. Suggestions and prune
-    decisions are made on rank 0 and broadcast, so every rank trains the same parameters
-    and all of them stop at the same step. Reports are made by rank 0 alone (the values
-    are already averaged across ranks).
+    Rank 0 holds the real (tracked) trial; the others hold none. What rank 0's trial knows
+    when the ranks start (parameters sampled from the declared space, their distributions,
+    user attributes, start time) is sent to every rank once; a parameter suggested beyond it
+    and each prune decision are made on rank 0 and broadcast, so every rank trains the same
+    parameters and all of them stop at the same step. Reports and user attributes are
+    written by rank 0 alone (the values are already averaged across ranks); every rank sees
+    the user attributes it set.
     """
 
     def __init__(self, inner: TrackedTrial | None, *, number: int) -> None:
         self._inner = inner
-        self.number = number
-        self._params: dict[str, Any] = {}
+        self._number = number
+        start = (
+            {
+                "params": inner.params,
+                "distributions": inner.distributions,
+                "user_attrs": inner.user_attrs,
+                "datetime_start": inner.datetime_start,
+            }
+            if inner is not None
+            else None
+        )
+        start = self._bcast(start)
+        self._params: dict[str, Any] = dict(start["params"])
+        self._distributions: dict[str, BaseDistribution] = dict(start["distributions"])
+        self._user_attrs: dict[str, Any] = dict(start["user_attrs"])
+        self._datetime_start: datetime.datetime | None = start["datetime_start"]
 
     @staticmethod
     def _bcast(value: Any) -> Any:
@@ -125,27 +170,45 @@ class DistributedTrial:
         return box[0]
 
     def _suggest(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        value = (
+        inner_value = (
             getattr(self._inner, f"suggest_{kind}")(name, *args, **kwargs)
             if self._inner is not None
             else None
         )
-        value = self._bcast(value)
-        self._params[name] = value
+        if name in self._params:  # known to every rank since the start: no broadcast
+            return self._params[name] if self._inner is None else inner_value
+        distribution = self._inner.distributions[name] if self._inner is not None else None
+        value, distribution = self._bcast((inner_value, distribution))
+        self._params[name], self._distributions[name] = value, distribution
         return value
 
-    def suggest_float(self, name: str, low: float, high: float, **kwargs: Any) -> float:
-        return self._suggest("float", name, low, high, **kwargs)
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float:
+        return float(self._suggest("float", name, low, high, step=step, log=log))
 
-    def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
-        return self._suggest("int", name, low, high, **kwargs)
+    def suggest_int(
+        self, name: str, low: int, high: int, *, step: int = 1, log: bool = False
+    ) -> int:
+        return int(self._suggest("int", name, low, high, step=step, log=log))
 
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        return self._suggest("categorical", name, choices)
+    # BaseTrial narrows the return type per choice type with six overloads; one general
+    # signature here (what they all resolve to at run time).
+    def suggest_categorical(  # type: ignore[override]
+        self, name: str, choices: Sequence[CategoricalChoiceType]
+    ) -> CategoricalChoiceType:
+        value: CategoricalChoiceType = self._suggest("categorical", name, choices)
+        return value
 
-    @property
-    def params(self) -> dict[str, Any]:
-        return self._inner.params if self._inner is not None else dict(self._params)
+    # Optuna's deprecated forms, for objectives that still use them.
+    def suggest_uniform(self, name: str, low: float, high: float) -> float:
+        return self.suggest_float(name, low, high)
+
+    def suggest_loguniform(self, name: str, low: float, high: float) -> float:
+        return self.suggest_float(name, low, high, log=True)
+
+    def suggest_discrete_uniform(self, name: str, low: float, high: float, q: float) -> float:
+        return self.suggest_float(name, low, high, step=q)
 
     def report(self, value: float, step: int) -> None:
         if self._inner is not None:
@@ -160,5 +223,30 @@ class DistributedTrial:
         return self._inner.already_reported(step) if self._inner is not None else False
 
     def set_user_attr(self, key: str, value: Any) -> None:
+        self._user_attrs[key] = value
         if self._inner is not None:
             self._inner.set_user_attr(key, value)
+
+    def set_constraint(self, key: str, value: float) -> None:
+        if self._inner is not None:
+            self._inner.set_constraint(key, value)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._params)
+
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return dict(self._distributions)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return dict(self._user_attrs)
+
+    @property
+    def datetime_start(self) -> datetime.datetime | None:
+        return self._datetime_start
+
+    @property
+    def number(self) -> int:
+        return self._number

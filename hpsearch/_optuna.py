@@ -1,0 +1,73 @@
+"""Every place where hpsearch reads Optuna's private attributes, each in one function.
+
+Optuna has no public way to get these; each function says why it needs one. All of them were
+checked on Optuna 5.0 and 5.1, and ``tests/test_optuna_internals.py`` pins that range and
+checks each against Optuna's own behaviour, so an upgrade that moves one fails there first.
+Nothing else in hpsearch reads a private Optuna attribute (``storage.py`` serves the gRPC
+proxy's servicer, pinned by a test of its own).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+CHECKED_ON = ("5.0", "5.1")
+"""The Optuna versions (major.minor) these functions were checked on."""
+
+
+def storage_of(study: optuna.Study) -> BaseStorage:
+    """The storage object a study reads and writes through.
+
+    A study built from a URL wraps its storage (an RDB storage in a cache); writes that the
+    study must see again (user attributes, intermediate values of a trial) have to go
+    through that same object, and ``optuna.Study`` does not expose it.
+    """
+    storage: BaseStorage = study._storage
+    return storage
+
+
+def study_id_of(study: optuna.Study) -> int:
+    """The storage's id of a study (the key of ``BaseStorage.get_all_trials``).
+
+    ``BaseStorage.get_study_id_from_name`` gives it publicly, at the cost of one storage
+    round trip that the study already made.
+    """
+    return int(study._study_id)
+
+
+def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
+    """The storage's id of a trial (``trial.number`` counts within a study; the storage's
+    calls take the id). ``get_trial_id_from_study_id_trial_number`` gives it publicly, at the
+    cost of a storage round trip per trial."""
+    return int(trial._trial_id)
+
+
+def cached_trial(trial: optuna.Trial) -> FrozenTrial:
+    """The trial's own view of itself: the frozen trial that ``Trial.report`` and
+    ``Trial.should_prune`` read and update.
+
+    Reading ``study.trials`` instead would cost a storage round trip per report, and would
+    miss a report that is still on its way to the storage.
+    """
+    frozen: FrozenTrial = trial._cached_frozen_trial
+    return frozen
+
+
+def reduction_factor(pruner: Any) -> int:
+    """η of a successive-halving or Hyperband pruner (no public getter)."""
+    return int(pruner._reduction_factor)
+
+
+def hyperband_bracket(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> int:
+    """The Hyperband bracket a trial was assigned to (no public getter)."""
+    return int(pruner._get_bracket_id(study, trial))
+
+
+def percentile(pruner: Any) -> float:
+    """The percentile of a ``PercentilePruner`` (no public getter)."""
+    return float(pruner._percentile)

@@ -1,0 +1,64 @@
+"""hpsearch reads a few private Optuna attributes, all in ``hpsearch._optuna``: each is pinned
+to the Optuna versions it was checked on and checked against Optuna's own behaviour."""
+
+from __future__ import annotations
+
+import optuna
+
+from hpsearch import _optuna
+
+
+def test_optuna_is_a_checked_version() -> None:
+    major_minor = ".".join(optuna.__version__.split(".")[:2])
+    assert major_minor in _optuna.CHECKED_ON, (
+        f"hpsearch._optuna was checked on Optuna {', '.join(_optuna.CHECKED_ON)}, "
+        f"not {optuna.__version__}: check each function there, then add the version"
+    )
+
+
+def test_storage_and_ids_are_the_ones_the_study_uses(tmp_path) -> None:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}")
+    study = optuna.create_study(study_name="s", storage=storage)
+    # A study built on an RDB storage wraps it in a cache: writes must go through the wrap.
+    wrapped = _optuna.storage_of(study)
+    assert wrapped is storage or wrapped._backend is storage
+    assert _optuna.study_id_of(study) == storage.get_study_id_from_name("s")
+    study.ask()
+    trial = study.ask()
+    trial_id = _optuna.trial_id_of(trial)
+    assert trial_id == storage.get_trial_id_from_study_id_trial_number(
+        _optuna.study_id_of(study), trial.number
+    )
+    assert _optuna.trial_id_of(study.trials[1]) == trial_id
+    _optuna.storage_of(study).set_trial_user_attr(trial_id, "k", 1)
+    assert study.trials[1].user_attrs == {"k": 1}
+
+
+def test_the_cached_trial_is_what_report_and_should_prune_read() -> None:
+    study = optuna.create_study()
+    trial = study.ask()
+    trial.report(0.5, 3)
+    assert _optuna.cached_trial(trial).intermediate_values == {3: 0.5}
+    assert _optuna.cached_trial(trial).number == trial.number
+
+
+def test_pruner_settings() -> None:
+    sha = optuna.pruners.SuccessiveHalvingPruner(reduction_factor=4)
+    assert _optuna.reduction_factor(sha) == 4
+    hyperband = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+    assert _optuna.reduction_factor(hyperband) == 3
+    study = optuna.create_study(pruner=hyperband)
+    for _ in range(6):
+        trial = study.ask()
+        trial.report(1.0, 1)
+        trial.should_prune()  # places the trial in its bracket
+        study.tell(trial, 1.0)
+    for bracket in range(3):
+        members = {t.number for t in hyperband._create_bracket_study(study, bracket).get_trials()}
+        ours = {
+            t.number
+            for t in study.trials
+            if _optuna.hyperband_bracket(hyperband, study, t) == bracket
+        }
+        assert members == ours
+    assert _optuna.percentile(optuna.pruners.PercentilePruner(10.0)) == 10.0
