@@ -20,6 +20,7 @@ from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,
+    _check_parallel,
     _check_sampler,
     _check_strategy,
     _validate_strategies,
@@ -111,6 +112,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
         _check_dataset_for(raw_objective, source, problems)
     objective: ObjectiveSpec | None = out["objective"]
     if objective is not None:
+        _check_parallel(objective, space, problems)
         if ":" in objective.model:
             paths = [Path.cwd()] + ([source.parent] if source is not None else [])
             try:
@@ -306,6 +308,8 @@ class StudySpec(_Spec):
             data["objective"]["parallel"] = parallel
         elif parallel["strategy"] != "ddp":
             data["objective"]["parallel"] = parallel["strategy"]
+        if data["objective"].get("max_memory_per_device") is None:
+            data["objective"].pop("max_memory_per_device", None)  # the spec_hash stays as it was
         for key in ("sampler", "pruner"):
             strategy = data["search"][key]
             data["search"][key] = (
