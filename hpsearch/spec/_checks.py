@@ -20,7 +20,6 @@ from hpsearch.spec._sections import (
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
     SAMPLER_CLASSES,
-    ObjectiveSpec,
     PrunerSpec,
     SamplerSpec,
     SearchSpec,
@@ -192,19 +191,24 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
         )
 
 
-def _check_parallel(
-    objective: ObjectiveSpec, space: Mapping[str, Any], problems: _Problems
-) -> None:
-    """A built-in family that cannot be sharded, asked to train under fsdp (fixed or searched)."""
-    model = objective.model
-    if ":" in model or model not in BUILTIN_MODELS or model in FSDP_MODELS:
+def _check_parallel(raw: Mapping[str, Any], space: Mapping[str, Any], problems: _Problems) -> None:
+    """A built-in family that cannot be sharded, asked to train under fsdp (fixed or searched).
+
+    Read from the raw objective, so that it is reported even when another objective field is
+    wrong too."""
+    model = raw.get("model")
+    if not isinstance(model, str) or model not in BUILTIN_MODELS or model in FSDP_MODELS:
         return
     why = (
         f"model {model!r} does not support the fsdp strategy (its trainer samples and evaluates "
         "the generator on each rank alone, which a sharded generator cannot do; fsdp supports "
         f"{', '.join(FSDP_MODELS)}); use ddp"
     )
-    if objective.parallel.strategy is Strategy.FSDP:
+    parallel = raw.get("parallel")
+    strategy = parallel.get("strategy") if isinstance(parallel, Mapping) else parallel
+    if isinstance(strategy, Strategy):
+        strategy = strategy.value
+    if isinstance(strategy, str) and strategy.lower() == Strategy.FSDP.value:
         problems.add("objective.parallel", why)
     searched = space.get("parallel.strategy")
     if isinstance(searched, CategoricalParam) and Strategy.FSDP.value in searched.choices:

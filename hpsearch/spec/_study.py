@@ -110,9 +110,9 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 )
     if isinstance(raw_objective, Mapping):
         _check_dataset_for(raw_objective, source, problems)
+        _check_parallel(raw_objective, space, problems)
     objective: ObjectiveSpec | None = out["objective"]
     if objective is not None:
-        _check_parallel(objective, space, problems)
         if ":" in objective.model:
             paths = [Path.cwd()] + ([source.parent] if source is not None else [])
             try:

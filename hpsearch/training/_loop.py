@@ -198,11 +198,12 @@ class Trainer(ABC):
     def finish(self, ctx: TrialContext) -> None:  # noqa: B027 (optional hook)
         """At the end of a trial that was not pruned: log what the trainer has to show."""
 
-    @staticmethod
-    def _inference() -> Any:
+    def _inference(self) -> Any:
+        """Inference mode; ``no_grad`` under fsdp, whose all-gather buffers, if first made
+        in inference mode, cannot be written by the training steps after it."""
         import torch
 
-        return torch.inference_mode()
+        return torch.no_grad() if self.strategy == "fsdp" else torch.inference_mode()
 
 
 class SupervisedTrainer(Trainer):
