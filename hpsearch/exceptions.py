@@ -28,6 +28,7 @@ __all__ = [
     "TrackingError",
     "TrialDiverged",
     "TrialError",
+    "TrialOutOfMemory",
     "TrialTimedOut",
     "failure_reason",
 ]
@@ -188,6 +189,41 @@ class RankFailed(TrialError):
     """Raised when a rank process of a multi-device (or time-limited) trial fails or dies."""
 
 
+class TrialOutOfMemory(TrialError):
+    """Raised when a trial needs more memory per device than ``objective.max_memory_per_device``.
+
+    On CPU hpsearch enforces the cap itself: after the first optimizer step it counts each
+    rank's parameters, gradients and optimizer state (their local shards under fsdp) and
+    raises this on every rank when one of them is over the cap. The trial fails with the
+    reason ``out of memory: <message>``, as for a CUDA or host out-of-memory error.
+
+    Args:
+        message: The full explanation (what was counted, on which rank, against which cap).
+        needed: The bytes the largest rank holds.
+        limit: The cap in bytes.
+        rank: The rank that holds the most.
+
+    Example:
+        >>> err = TrialOutOfMemory("4.0 MiB on rank 0 > 2.0 MiB", needed=4194304, limit=2097152)
+        >>> failure_reason(err), err.needed > err.limit
+        ('out of memory: 4.0 MiB on rank 0 > 2.0 MiB', True)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        needed: int | None = None,
+        limit: int | None = None,
+        rank: int | None = None,
+        trial_number: int | None = None,
+    ) -> None:
+        super().__init__(message, trial_number=trial_number)
+        self.needed = needed
+        self.limit = limit
+        self.rank = rank
+
+
 class TrialTimedOut(TrialError):
     """Raised when a trial runs past ``objective.trial_timeout`` and its processes are killed."""
 
@@ -208,6 +244,8 @@ def failure_reason(exc: BaseException) -> str:
     """
     if isinstance(exc, TrialDiverged):
         return f"diverged: {exc}"
+    if isinstance(exc, TrialOutOfMemory):
+        return f"out of memory: {exc}"
     if isinstance(exc, TrialError):
         return str(exc)
     if isinstance(exc, KeyError) and len(exc.args) == 1:

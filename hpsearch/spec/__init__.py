@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from hpsearch._imports import load_user_objective
 from hpsearch.spec._cluster import AdaptSpec, ClusterSpec, KubernetesSpec, SlurmSpec, TlsSpec
-from hpsearch.spec._messages import parse_duration
+from hpsearch.spec._messages import parse_bytes, parse_duration
 from hpsearch.spec._overrides import OVERRIDE_ALIASES
 from hpsearch.spec._params import (
     CategoricalChoice,
@@ -85,5 +85,6 @@ __all__ = [
     "TrackingSpec",
     "default_direction",
     "load_user_objective",
+    "parse_bytes",
     "parse_duration",
 ]

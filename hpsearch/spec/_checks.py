@@ -15,7 +15,7 @@ from hpsearch._imports import load_user_objective
 from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._messages import _allowed, _did_you_mean, _Problems, _show
-from hpsearch.spec._params import FloatParam
+from hpsearch.spec._params import CategoricalParam, FloatParam
 from hpsearch.spec._sections import (
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
@@ -23,8 +23,12 @@ from hpsearch.spec._sections import (
     PrunerSpec,
     SamplerSpec,
     SearchSpec,
+    Strategy,
     _name_and_options,
 )
+
+#: Built-in families that train under ``parallel: fsdp``.
+FSDP_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm")
 
 # Constructor arguments hpsearch fills in itself, with the hint shown when a file sets them.
 _SAMPLER_OWNED_OPTIONS: dict[str, str] = {
@@ -185,3 +189,27 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
             f"model {model!r} does not report {metric!r} on this data set "
             f"(it reports: {', '.join(reported)})",
         )
+
+
+def _check_parallel(raw: Mapping[str, Any], space: Mapping[str, Any], problems: _Problems) -> None:
+    """A built-in family that cannot be sharded, asked to train under fsdp (fixed or searched).
+
+    Read from the raw objective, so that it is reported even when another objective field is
+    wrong too."""
+    model = raw.get("model")
+    if not isinstance(model, str) or model not in BUILTIN_MODELS or model in FSDP_MODELS:
+        return
+    why = (
+        f"model {model!r} does not support the fsdp strategy (its trainer samples and evaluates "
+        "the generator on each rank alone, which a sharded generator cannot do; fsdp supports "
+        f"{', '.join(FSDP_MODELS)}); use ddp"
+    )
+    parallel = raw.get("parallel")
+    strategy = parallel.get("strategy") if isinstance(parallel, Mapping) else parallel
+    if isinstance(strategy, Strategy):
+        strategy = strategy.value
+    if isinstance(strategy, str) and strategy.lower() == Strategy.FSDP.value:
+        problems.add("objective.parallel", why)
+    searched = space.get("parallel.strategy")
+    if isinstance(searched, CategoricalParam) and Strategy.FSDP.value in searched.choices:
+        problems.add("space.parallel.strategy", why)

@@ -19,6 +19,12 @@ from pydantic_core import PydanticCustomError
 
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_BYTES_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?$", re.IGNORECASE)
+_BYTES_UNITS = {
+    "b": 1,
+    **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
+    **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgt")},
+}
 
 
 def _did_you_mean(word: str, allowed: Sequence[str]) -> str:
@@ -131,6 +137,42 @@ def parse_duration(value: Any) -> float | None:
     return seconds
 
 
+def parse_bytes(value: Any) -> int | None:
+    """Parse a memory size: a number of bytes, or a string such as ``"2GiB"`` or ``"512MB"``.
+
+    Units (any case): B, kB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (of 1024).
+
+    Raises:
+        ValueError: The value is not one of these forms, or not >= 1 byte.
+
+    Example:
+        >>> parse_bytes("2GiB"), parse_bytes("1.5kB"), parse_bytes(4096), parse_bytes(None)
+        (2147483648, 1500, 4096, None)
+    """
+    if value is None:
+        return None
+    expected = "expected bytes or a size such as '512MiB', '2GiB' or '1.5GB'"
+    if isinstance(value, str):
+        match = _BYTES_RE.match(value.strip())
+        if match is None:
+            raise ValueError(f"{expected}, got {value!r}")
+        size = float(match.group(1)) * _BYTES_UNITS[(match.group(2) or "b").lower()]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        size = float(value)
+    else:
+        raise ValueError(f"{expected}, got {_show(value)}")
+    if not size >= 1:
+        raise ValueError(f"must be at least 1 byte, got {value!r}")
+    return int(size)
+
+
+def _bytes(value: Any) -> Any:
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _duration(value: Any) -> Any:
     try:
         return parse_duration(value)
@@ -158,6 +200,7 @@ _Bool = Annotated[bool, BeforeValidator(_expect_bool)]
 _Str = Annotated[str, BeforeValidator(_expect_str)]
 _OptStr = Annotated[str | None, BeforeValidator(_optional(_expect_str))]
 _Seconds = Annotated[float | None, BeforeValidator(_duration)]
+_Bytes = Annotated[int | None, BeforeValidator(_bytes)]
 _AutoOrInt = Annotated[Literal["auto"] | int, BeforeValidator(_auto_or_positive_int)]
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from hpsearch.data import _catalog
 from hpsearch.spec._messages import (
     _AutoOrInt,
+    _Bytes,
     _choice,
     _did_you_mean,
     _expect_float,
@@ -102,8 +103,12 @@ class ParallelSpec(_Spec):
     ] = Field(
         default=Strategy.DDP,
         description=(
-            "ddp | fsdp | pipeline. Default ddp. The layout may be searched as the space key "
-            "'parallel.strategy'."
+            "ddp | fsdp | pipeline. Default ddp. ddp: every device holds the whole model and "
+            "the gradients are averaged. fsdp: each device holds 1/k of the parameters, "
+            "gradients and optimizer state (FSDP2 fully_shard, one unit per layer), gathering "
+            "a layer's parameters only while it computes; pick it when the model and its "
+            "optimizer state do not fit one device (built-in cnn, rnn and lstm; not gan). "
+            "The layout may be searched as the space key 'parallel.strategy'."
         ),
     )
     stages: Annotated[int | None, BeforeValidator(_optional(_expect_int))] = Field(
@@ -220,6 +225,17 @@ class ObjectiveSpec(_Spec):
         description=(
             "How a trial's devices share its model: ddp, fsdp or pipeline, or a mapping "
             "{strategy, stages, microbatches, schedule}. Default ddp."
+        ),
+    )
+    max_memory_per_device: _Bytes = Field(
+        default=None,
+        description=(
+            "Memory one device of a built-in trial may use: bytes, or '512MiB', '2GiB', "
+            "'1.5GB'. On CUDA the caching allocator is capped at it "
+            "(torch.cuda.set_per_process_memory_fraction); on CPU hpsearch counts each rank's "
+            "parameters, gradients and optimizer state after the first optimizer step. A "
+            "trial over it fails as 'out of memory: ...' (TrialOutOfMemory). Default null: "
+            "no limit."
         ),
     )
     params: Annotated[dict[str, Any], BeforeValidator(_check_params)] = Field(

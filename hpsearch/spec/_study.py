@@ -20,6 +20,7 @@ from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,
+    _check_parallel,
     _check_sampler,
     _check_strategy,
     _validate_strategies,
@@ -109,6 +110,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 )
     if isinstance(raw_objective, Mapping):
         _check_dataset_for(raw_objective, source, problems)
+        _check_parallel(raw_objective, space, problems)
     objective: ObjectiveSpec | None = out["objective"]
     if objective is not None:
         if ":" in objective.model:
@@ -306,6 +308,8 @@ class StudySpec(_Spec):
             data["objective"]["parallel"] = parallel
         elif parallel["strategy"] != "ddp":
             data["objective"]["parallel"] = parallel["strategy"]
+        if data["objective"].get("max_memory_per_device") is None:
+            data["objective"].pop("max_memory_per_device", None)  # the spec_hash stays as it was
         for key in ("sampler", "pruner"):
             strategy = data["search"][key]
             data["search"][key] = (

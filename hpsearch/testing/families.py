@@ -2,7 +2,8 @@
 
 Used by the tests (and handy to try a family by hand): :func:`train_briefly` trains one
 family on a small slice of its data set and returns the metrics of every epoch;
-:func:`ddp_rank` is the body of one rank of a data-parallel run over every family.
+:func:`ddp_rank` is the body of one rank of a data-parallel run over every family, and
+:func:`fsdp_resume_rank` one rank of a sharded run that checkpoints and resumes.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def train_briefly(
     world_size: int = 1,
     epochs: int | None = None,
     device: str = "cpu",
+    strategy: str = "ddp",
 ) -> dict[str, Any]:
     """Train ``CASES[case]``; return ``{"epochs": [metrics per epoch], "before": metrics}``."""
     import torch
@@ -64,9 +66,10 @@ def train_briefly(
         seed=0,
         rank=rank,
         world_size=world_size,
+        strategy=strategy,
     )
     out: dict[str, Any] = {"before": trainer.evaluate(data), "epochs": []}
-    for epoch in range(1, (epochs or n_epochs) + 1):
+    for epoch in range(1, (n_epochs if epochs is None else epochs) + 1):
         metrics = trainer.train_epoch(data, epoch)
         metrics.update(trainer.evaluate(data))
         out["epochs"].append(metrics)
@@ -104,5 +107,45 @@ def ddp_rank(rank: int, world_size: int, port: int, out_dir: str, cases: list[st
                 "checksum": _checksum(run["trainer"]),
             }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    finally:
+        dist.destroy_process_group()
+
+
+def fsdp_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """One rank of a sharded (fsdp) cnn: 3 epochs straight; then a fresh model for 2 epochs,
+    checkpointed after each into ``out_dir/ckpt`` (trial 0); then another fresh model that
+    loads that checkpoint and trains epoch 3. Writes ``fsdp-rank{N}.json``: the epoch-3
+    metrics of both, the parameter bytes and the epoch loaded."""
+    import torch
+    import torch.distributed as dist
+
+    from hpsearch.training._fsdp import ShardedCheckpointStore, param_bytes
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        kw: dict[str, Any] = {"rank": rank, "world_size": world_size, "strategy": "fsdp"}
+        straight = train_briefly("cnn", epochs=3, **kw)
+        first = train_briefly("cnn", epochs=0, **kw)
+        store = ShardedCheckpointStore(Path(out_dir, "ckpt"), 0, rank=rank, world_size=world_size)
+        for epoch in (1, 2):
+            first["trainer"].train_epoch(first["data"], epoch)
+            state = {"epoch": epoch, "value": 0.0, "trainer": first["trainer"].state_dict()}
+            store.save(state, first["trainer"])
+        resumed = train_briefly("cnn", epochs=0, **kw)
+        meta = store.load_into(resumed["trainer"], resumed=True)
+        assert meta is not None
+        trainer, data = resumed["trainer"], resumed["data"]
+        third = trainer.train_epoch(data, 3)
+        third.update(trainer.evaluate(data))
+        result = {
+            "straight": straight["epochs"][2],
+            "straight_epochs": straight["epochs"],
+            "resumed": third,
+            "loaded_epoch": meta["epoch"],
+            "param_bytes": param_bytes([trainer.model]),
+        }
+        Path(out_dir, f"fsdp-rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()

@@ -186,3 +186,30 @@ def runs_out_of_memory(trial: optuna.Trial) -> float:
             "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 15.77 GiB total capacity)"
         )
     return x
+
+
+def fsdp_rank1_raises(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """A tiny model sharded with hpsearch's fsdp over the trial's ranks; in trial 0, rank 1
+    raises at step 2 while rank 0 waits in FSDP's all-gather."""
+    import torch
+
+    from hpsearch.training._fsdp import shard
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    torch.manual_seed(0)
+    model = shard(
+        torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)),
+        precision="fp32",
+        world_size=ctx.world_size,
+        device=torch.device("cpu"),
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(4):
+        if trial.number == 0 and step == 2 and ctx.rank == 1:
+            raise RuntimeError("rank 1 broke on purpose")
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        trial.report(x, step)
+    return x

@@ -95,7 +95,9 @@ def is_oom(exc: BaseException) -> bool:
     """
     import sys
 
-    if isinstance(exc, MemoryError):
+    from hpsearch.exceptions import TrialOutOfMemory
+
+    if isinstance(exc, (MemoryError, TrialOutOfMemory)):
         return True
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):

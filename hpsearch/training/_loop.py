@@ -88,8 +88,10 @@ class Trainer(ABC):
         seed: int,
         rank: int = 0,
         world_size: int = 1,
+        strategy: str = "ddp",
     ) -> None:
         self.params = params
+        self.strategy = strategy  # how the ranks share the model: ddp or fsdp
         self.device = device
         self.precision = precision
         self.seed = seed
@@ -110,6 +112,12 @@ class Trainer(ABC):
     def _ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.world_size == 1:
             return module
+        if self.strategy == "fsdp":
+            from hpsearch.training._fsdp import shard
+
+            return shard(
+                module, precision=self.precision, world_size=self.world_size, device=self.device
+            )
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(
@@ -128,6 +136,16 @@ class Trainer(ABC):
             if share.numel():
                 out.append(share)
         return out
+
+    def _eval_chunks(self, n_local: int, n_total: int) -> list[slice]:
+        """Pieces of this rank's share of the validation data, one forward pass each. Under
+        fsdp every forward all-gathers parameters, so every rank takes the same number."""
+        if self.strategy != "fsdp" or self.world_size == 1:
+            return [slice(i, i + EVAL_CHUNK) for i in range(0, n_local, EVAL_CHUNK)]
+        per_rank = math.ceil(n_total / self.world_size)
+        count = max(1, math.ceil(per_rank / EVAL_CHUNK))
+        size = max(1, math.ceil(n_local / count))
+        return [slice(i * size, (i + 1) * size) for i in range(count)]
 
     def _sum(self, *values: float) -> list[float]:
         """Sum values across ranks (identity alone)."""
@@ -180,11 +198,12 @@ class Trainer(ABC):
     def finish(self, ctx: TrialContext) -> None:  # noqa: B027 (optional hook)
         """At the end of a trial that was not pruned: log what the trainer has to show."""
 
-    @staticmethod
-    def _inference() -> Any:
+    def _inference(self) -> Any:
+        """Inference mode; ``no_grad`` under fsdp, whose all-gather buffers, if first made
+        in inference mode, cannot be written by the training steps after it."""
         import torch
 
-        return torch.inference_mode()
+        return torch.no_grad() if self.strategy == "fsdp" else torch.inference_mode()
 
 
 class SupervisedTrainer(Trainer):
@@ -284,9 +303,9 @@ class SupervisedTrainer(Trainer):
         y_all = self._arrays[3][self.rank :: self.world_size]
         loss_sum = correct = 0.0
         with self._inference(), autocast(self.precision, self.device):
-            for i in range(0, x_all.shape[0], EVAL_CHUNK):
-                x = x_all[i : i + EVAL_CHUNK].to(self.device)
-                y = y_all[i : i + EVAL_CHUNK].to(self.device)
+            for piece in self._eval_chunks(x_all.shape[0], self._arrays[3].shape[0]):
+                x = x_all[piece].to(self.device)
+                y = y_all[piece].to(self.device)
                 out = model(x).float()
                 loss_sum += float(self._loss(out, y, reduction="sum"))
                 correct += float(self._correct(out, y))

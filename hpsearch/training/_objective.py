@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -28,7 +28,9 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     from hpsearch.space import suggest
     from hpsearch.training._amp import describe_device, resolve_precision
     from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.training._fsdp import ShardedCheckpointStore
     from hpsearch.training._loop import make_trainer
+    from hpsearch.training._memory import MemoryMonitor
 
     spec = ctx.spec
     torch.set_num_threads(ctx.n_threads)
@@ -40,6 +42,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
     model = family.build(params, data)
+    strategy = spec.parallel_for(params).strategy.value
     if ctx.world_size > 1 and params.get("lr_scaling") == "linear":
         params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
     trainer = make_trainer(
@@ -52,16 +55,33 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         seed=seed * 7919 + trial.number,
         rank=ctx.rank,
         world_size=ctx.world_size,
+        strategy=strategy,
     )
     keep = spec.objective.checkpoint_interval is not None
-    checkpoints = (
-        CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main and keep else None
-    )
-    state = _broadcast(checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx)
+    checkpoints: Any
+    if strategy == "fsdp":  # sharded: every rank writes and reads its own shards
+        checkpoints = (
+            ShardedCheckpointStore(
+                ctx.checkpoint_dir, trial.number, rank=ctx.rank, world_size=ctx.world_size
+            )
+            if keep
+            else None
+        )
+        state = (
+            checkpoints.load_into(trainer, resumed=ctx.resumed) if checkpoints is not None else None
+        )
+    else:
+        checkpoints = (
+            CheckpointStore(ctx.checkpoint_dir, trial.number) if ctx.is_main and keep else None
+        )
+        state = _broadcast(
+            checkpoints.load() if checkpoints is not None and ctx.resumed else None, ctx
+        )
     first_epoch = 1
     history: dict[int, dict[str, float]] = {}
     if state is not None:
-        trainer.load_state_dict(state["trainer"])
+        if "trainer" in state:
+            trainer.load_state_dict(state["trainer"])
         first_epoch = int(state["epoch"]) + 1
         history = dict(state.get("metrics", {}))
         for epoch, logged in sorted(history.items()):
@@ -79,12 +99,24 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
             "hpsearch.n_train": data.n_train,
             "hpsearch.n_val": data.n_val,
             "hpsearch.resumed_from_epoch": first_epoch - 1,
+            "hpsearch.parallel": strategy,
         }
     )
     value = float("nan") if state is None else float(state["value"])
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
-    value = _epochs(trial, ctx, trainer, data, checkpoints, first_epoch, value, history)
+    monitor = MemoryMonitor(
+        trainer,
+        device=device,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        cap=spec.objective.max_memory_per_device,
+        strategy=strategy,
+    )
+    with monitor:
+        value = _epochs(
+            trial, ctx, trainer, data, checkpoints, first_epoch, value, history, monitor
+        )
     trainer.finish(ctx)
     if trainer.skipped_steps:
         ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
@@ -92,8 +124,10 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
 
 
 def _epochs(
-    trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict
+    trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict, monitor
 ) -> float:  # type: ignore[no-untyped-def]
+    from hpsearch.training._fsdp import ShardedCheckpointStore
+
     spec = ctx.spec
     metric = spec.metric
     interval = float(spec.objective.checkpoint_interval or 0.0)
@@ -116,7 +150,8 @@ def _epochs(
                 f"{spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
             )
         value = metrics.pop(metric)
-        ctx.log_metrics(metrics, step=epoch)  # a resumed trial's run skips the steps it holds
+        # A resumed trial's run skips the steps it holds.
+        ctx.log_metrics({**metrics, **monitor.epoch_metrics()}, step=epoch)
         history[epoch] = metrics
         trial.report(value, epoch)
         if trial.should_prune():
@@ -124,17 +159,25 @@ def _epochs(
                 checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
-        if checkpoints is not None and now - last_checkpoint >= interval:
-            checkpoints.save(
-                {
-                    "epoch": epoch,
-                    "value": value,
-                    "trainer": trainer.state_dict(),
-                    "metrics": history,
-                }
-            )
+        if checkpoints is not None and _due(checkpoints, now - last_checkpoint >= interval):
+            state = {
+                "epoch": epoch,
+                "value": value,
+                "trainer": trainer.state_dict(),
+                "metrics": history,
+            }
+            if not isinstance(checkpoints, ShardedCheckpointStore):
+                checkpoints.save(state)
+            else:  # sharded (fsdp): collective, every rank writes its shards
+                checkpoints.save(state, trainer)
             last_checkpoint = now
     return value
+
+
+def _due(checkpoints, wanted: bool) -> bool:  # type: ignore[no-untyped-def]
+    """Whether to checkpoint now; a sharded store makes every rank agree with rank 0."""
+    due = getattr(checkpoints, "due", None)
+    return bool(due(wanted)) if due is not None else wanted
 
 
 def _broadcast(state, ctx):  # type: ignore[no-untyped-def]

@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
-from hpsearch.exceptions import TrialDiverged, failure_reason
+from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
@@ -372,7 +372,9 @@ def _follow(
     )
     objective = _objective(task)
     trial = DistributedTrial(None, number=task.trial_number)
-    with contextlib.suppress(optuna.TrialPruned, TrialDiverged):  # rank 0 records the decision
+    # Rank 0 records the decision (a memory cap is checked on numbers gathered from every
+    # rank, so rank 0 raises it too).
+    with contextlib.suppress(optuna.TrialPruned, TrialDiverged, TrialOutOfMemory):
         objective(trial, ctx) if _wants_context(objective) else objective(trial)
 
 
