@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.tracking import tag
+
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
@@ -43,7 +45,7 @@ def trial_runs(mlflow_uri: str, experiment: str, study_name: str) -> dict[int, A
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return {}
-    return runs_by_trial(client, exp.experiment_id, f"tags.`hpsearch.study` = '{study_name}'")
+    return runs_by_trial(client, exp.experiment_id, tag.tag_filter(tag.STUDY, study_name))
 
 
 def best_trial(
@@ -86,11 +88,10 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
             "value": t.value,
             "last_step": max(t.intermediate_values, default=None),
             "duration_s": duration,
-            "worker": t.user_attrs.get("hpsearch.worker") or tags.get("hpsearch.worker"),
-            "devices": tags.get("hpsearch.devices"),
+            "worker": t.user_attrs.get(tag.WORKER) or tags.get(tag.WORKER),
+            "devices": tags.get(tag.DEVICES),
             "run_id": run.info.run_id if run is not None else None,
-            "reason": t.user_attrs.get("hpsearch.fail_reason")
-            or t.user_attrs.get("hpsearch.prune_reason"),
+            "reason": t.user_attrs.get(tag.FAIL_REASON) or t.user_attrs.get(tag.PRUNE_REASON),
         }
         row.update({f"params_{k}": v for k, v in t.params.items()})
         rows.append(row)

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.space import to_distributions
+from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
 from hpsearch.trial import TrialOutcome, TrialTask
 
@@ -263,10 +264,10 @@ class Coordinator:
         self._set_attrs(
             info.trial_id,
             {
-                "hpsearch.worker": outcome.worker or None,
-                "hpsearch.pid": outcome.pid or None,
-                "hpsearch.prune_reason": outcome.reason if outcome.state == "PRUNED" else None,
-                "hpsearch.fail_reason": outcome.reason if outcome.state == "FAIL" else None,
+                tag.WORKER: outcome.worker or None,
+                tag.PID: outcome.pid or None,
+                tag.PRUNE_REASON: outcome.reason if outcome.state == "PRUNED" else None,
+                tag.FAIL_REASON: outcome.reason if outcome.state == "FAIL" else None,
             },
         )
         if outcome.state == "COMPLETE":

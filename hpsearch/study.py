@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hpsearch.layout import RunLayout
 from hpsearch.spec import StudySpec
 from hpsearch.storage import redact
+from hpsearch.tracking import tag
 
 if TYPE_CHECKING:
     import optuna
@@ -98,8 +99,8 @@ class Study:
         tracker.finish(
             status=status,
             tags={
-                "hpsearch.best_trial": best.number if best else "none",
-                "hpsearch.n_ended": sum(t.state.is_finished() for t in trials),
+                tag.BEST_TRIAL: best.number if best else "none",
+                tag.N_ENDED: sum(t.state.is_finished() for t in trials),
             },
             metrics={f"best_{self.spec.metric}": best.value} if best else {},
         )
@@ -194,8 +195,9 @@ class Study:
             if exp is None
             else client.search_runs(
                 [exp.experiment_id],
-                filter_string=f"tags.`hpsearch.study` = '{self.spec.name}' "
-                "and tags.`hpsearch.role` = 'study'",
+                filter_string=tag.tag_filter(tag.STUDY, self.spec.name)
+                + " and "
+                + tag.tag_filter(tag.ROLE, tag.ROLE_STUDY),
             )
         )
         for run in parents[:1]:
@@ -327,7 +329,7 @@ class Study:
                     pruner=build_pruner(spec),
                     direction=spec.direction.value,
                 )
-                study.set_user_attr("hpsearch.spec_hash", spec.spec_hash)
+                study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
                 tracker = StudyTracker(
                     self.mlflow_uri,
                     self.experiment,
@@ -342,10 +344,10 @@ class Study:
                 target = tracker.open(
                     storage_url=redact(self.storage_url),
                     tags={
-                        "hpsearch.spec_hash": spec.spec_hash,
-                        "hpsearch.sampler": spec.search.sampler.name,
-                        "hpsearch.pruner": spec.search.pruner.name,
-                        "hpsearch.n_trials": spec.search.n_trials,
+                        tag.SPEC_HASH: spec.spec_hash,
+                        tag.SAMPLER: spec.search.sampler.name,
+                        tag.PRUNER: spec.search.pruner.name,
+                        tag.N_TRIALS: spec.search.n_trials,
                     },
                     spec_yaml=spec.to_yaml(),
                 )

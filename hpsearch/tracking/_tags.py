@@ -44,6 +44,7 @@ TASK = "hpsearch.task"
 N_TRAIN = "hpsearch.n_train"
 N_VAL = "hpsearch.n_val"
 RESUMED_FROM_EPOCH = "hpsearch.resumed_from_epoch"
+PARALLEL = "hpsearch.parallel"  # the trial's layout: ddp, fsdp or pipeline
 
 # A trial's run: how it ended
 FAIL_REASON = "hpsearch.fail_reason"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hpsearch.exceptions import MetricNotReported, TrialDiverged
+from hpsearch.tracking import tag
 
 if TYPE_CHECKING:
     from hpsearch.trial import TrialContext
@@ -91,15 +92,15 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     name, memory = describe_device(device)
     ctx.set_tags(
         {
-            "hpsearch.precision": precision,
-            "hpsearch.world_size": ctx.world_size,
-            "hpsearch.device_name": name,
-            "hpsearch.device_memory_mib": memory,
-            "hpsearch.task": data.task,
-            "hpsearch.n_train": data.n_train,
-            "hpsearch.n_val": data.n_val,
-            "hpsearch.resumed_from_epoch": first_epoch - 1,
-            "hpsearch.parallel": strategy,
+            tag.PRECISION: precision,
+            tag.WORLD_SIZE: ctx.world_size,
+            tag.DEVICE_NAME: name,
+            tag.DEVICE_MEMORY_MIB: memory,
+            tag.TASK: data.task,
+            tag.N_TRAIN: data.n_train,
+            tag.N_VAL: data.n_val,
+            tag.RESUMED_FROM_EPOCH: first_epoch - 1,
+            tag.PARALLEL: strategy,
         }
     )
     value = float("nan") if state is None else float(state["value"])

@@ -31,7 +31,7 @@ import optuna
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.storage import proxy_client
-from hpsearch.tracking import TrialRun
+from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
 from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
 
@@ -148,9 +148,9 @@ def _run_ranks(
     run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
     run.set_tags(
         {
-            "hpsearch.fail_reason": first[:5000],
-            "hpsearch.error_type": outcome.error_type,
-            "hpsearch.error_message": first[:5000],
+            tag.FAIL_REASON: first[:5000],
+            tag.ERROR_TYPE: outcome.error_type,
+            tag.ERROR_MESSAGE: first[:5000],
         }
     )
     if tb:
@@ -199,11 +199,11 @@ def execute(
         task.tracking,
         task.trial_number,
         tags={
-            "hpsearch.worker": worker,
-            "hpsearch.pid": pid,
-            "hpsearch.devices": devices.label(device_ids),
-            "hpsearch.world_size": world_size,
-            "hpsearch.attempt": attempt,
+            tag.WORKER: worker,
+            tag.PID: pid,
+            tag.DEVICES: devices.label(device_ids),
+            tag.WORLD_SIZE: world_size,
+            tag.ATTEMPT: attempt,
         },
         resume=resumed,
     )
@@ -254,11 +254,11 @@ def execute(
             }
         outcome.last_step = decision["step"]
         outcome.reason = decision["reason"]
-        tags = {"hpsearch.prune_reason": decision["reason"]}
+        tags = {tag.PRUNE_REASON: decision["reason"]}
         if decision["step"] is not None:
-            tags["hpsearch.prune_step"] = decision["step"]
+            tags[tag.PRUNE_STEP] = decision["step"]
         if decision["value"] is not None:
-            tags["hpsearch.prune_value"] = decision["value"]
+            tags[tag.PRUNE_VALUE] = decision["value"]
         run.set_tags(tags)
     except Exception as exc:
         from hpsearch.training import is_oom
@@ -271,9 +271,9 @@ def execute(
         tb = traceback.format_exc()
         run.set_tags(
             {
-                "hpsearch.fail_reason": outcome.reason[:5000],
-                "hpsearch.error_type": outcome.error_type,
-                "hpsearch.error_message": str(exc)[:5000],
+                tag.FAIL_REASON: outcome.reason[:5000],
+                tag.ERROR_TYPE: outcome.error_type,
+                tag.ERROR_MESSAGE: str(exc)[:5000],
             }
         )
         run.log_text(tb, "traceback.txt")

@@ -1,0 +1,190 @@
+"""The command line: ``hpsearch run | validate | worker``.
+
+Exit codes: 0 when the study ran to its budget (whatever its trials' states), 2 for bad
+input or an environment that cannot run the study (one line per problem, no traceback,
+nothing created), 1 for an internal failure, 130 when interrupted.
+
+``worker`` is in ``_worker``, the views of a study that has run (``best``, ``status``,
+``report``, ``ui``) in ``_views``, what the commands share in ``_common``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hpsearch.cli._common import _console, _quiet_logs, _redact, _sigterm_as_interrupt, _user_error
+from hpsearch.cli._views import best, report, status, ui
+from hpsearch.cli._worker import worker
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Distributed hyperparameter search: Optuna studies on Dask, PyTorch training, "
+    "MLflow records.",
+)
+
+
+def _load(file: Path, overrides: dict[str, Any]) -> Any:
+    from hpsearch.spec import StudySpec
+
+    return StudySpec.from_yaml(
+        file, overrides={k: v for k, v in overrides.items() if v is not None}
+    )
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
+    """Check a study file; print a one-line summary of what it would run."""
+    from hpsearch.exceptions import HpsearchError
+
+    try:
+        spec = _load(file, {})
+    except HpsearchError as exc:
+        raise _user_error(exc) from None
+    from hpsearch.data import describe_dataset
+
+    searched = ", ".join(spec.space) or "defined by the objective"
+    typer.echo(
+        f"{file}: ok — study '{spec.name}': {spec.objective.model} on "
+        f"{describe_dataset(spec.objective.dataset)}, "
+        f"{spec.search.n_trials} trials, {spec.direction.value} {spec.metric}, "
+        f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, "
+        f"searching {searched}"
+    )
+
+
+@app.command()
+def run(
+    file: Path = typer.Argument(..., help="The study file."),
+    n_trials: int | None = typer.Option(None, "--n-trials", help="Override search.n_trials."),
+    n_workers: int | None = typer.Option(None, "--n-workers", help="Override cluster.n_workers."),
+    epochs: int | None = typer.Option(None, "--epochs", help="Override objective.epochs."),
+    run_dir: Path = typer.Option(
+        Path("runs"), "--run-dir", help="The run folder: RUN_DIR/NAME/ holds the study's files."
+    ),
+    storage: str | None = typer.Option(None, "--storage", help="Override the Optuna storage URL."),
+    mlflow_uri: str | None = typer.Option(
+        None, "--mlflow-uri", help="Override the MLflow tracking URI."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Address of an existing Dask scheduler."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the SLURM job script, the Kubernetes manifest or the local workers, and stop.",
+    ),
+) -> None:
+    """Run a study (or resume it) until its trial budget is spent."""
+    from hpsearch.exceptions import HpsearchError
+
+    try:
+        spec = _load(
+            file,
+            {
+                "n_trials": n_trials,
+                "n_workers": n_workers,
+                "epochs": epochs,
+                "storage": storage,
+                "mlflow_uri": mlflow_uri,
+                "scheduler": scheduler,
+            },
+        )
+    except HpsearchError as exc:
+        raise _user_error(exc) from None
+    if dry_run:
+        from hpsearch.cluster._open import backend_for
+
+        try:
+            typer.echo(backend_for(spec).render())
+        except ImportError as exc:
+            extra = "slurm" if spec.cluster.backend == "slurm" else "kubernetes"
+            raise _user_error(
+                ValueError(
+                    f"{file}: cluster.backend: {spec.cluster.backend} needs {exc.name}: "
+                    f"pip install 'hpsearch[{extra}]'"
+                )
+            ) from None
+        return
+
+    from hpsearch.progress import RichProgress
+    from hpsearch.study import Study
+
+    console = _console()
+    _quiet_logs()
+    _sigterm_as_interrupt()
+    study = Study(spec, run_dir=run_dir)
+    try:
+        from hpsearch.tracking import check_reachable
+
+        storage_url = study.storage_url  # ${VAR} in the URLs: a missing one is a user error
+        check_reachable(study.mlflow_uri)  # before anything is printed or created
+    except HpsearchError as exc:
+        raise _user_error(exc) from None
+    console.print(
+        f"[bold]study[/] {spec.name}  "
+        f"({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})"
+    )
+    console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
+    console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
+    try:
+        with RichProgress(console, title=spec.name) as display:
+            result = study.run(on_progress=display)
+    except HpsearchError as exc:
+        raise _user_error(exc) from None
+    except KeyboardInterrupt:
+        _console(stderr=True).print(
+            "[yellow]interrupted:[/] trials in flight were recorded as FAIL (interrupted); "
+            "run the same command again to continue the study"
+        )
+        raise typer.Exit(130) from None
+    _summary(console, result)
+
+
+def _summary(console: Any, result: Any) -> None:
+    from rich.table import Table
+
+    p = result.progress
+    console.print(
+        f"[bold]{p.ended}[/] trials ended: "
+        f"{p.complete} complete, {p.pruned} pruned, {p.failed} failed"
+    )
+    if result.best is None:
+        console.print("[yellow]no trial completed[/]")
+    else:
+        table = Table(title=f"best trial #{result.best.number}", show_header=True)
+        table.add_column("parameter")
+        table.add_column("value", justify="right")
+        for key, value in result.best.params.items():
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        table.add_row("[bold]value[/]", f"[bold]{result.best.value:.6g}[/]")
+        console.print(table)
+    console.print(f"[bold]optuna storage[/] {result.storage_url}")
+    uri = _redact(result.mlflow_uri)
+    console.print(f"[bold]mlflow[/] {uri}  (mlflow ui --backend-store-uri {uri})")
+
+
+# The worker and the views, in their own modules; registered here, after validate and run,
+# in the order ``hpsearch --help`` lists them.
+app.command()(worker)
+app.command()(best)
+app.command()(status)
+app.command()(report)
+app.command()(ui)
+
+
+def main() -> None:
+    """Entry point of the ``hpsearch`` command."""
+    try:
+        app()
+    except SystemExit:
+        raise
+    except Exception:  # an internal failure: show it, exit 1
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(1)
