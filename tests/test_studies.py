@@ -20,7 +20,7 @@ STUDIES = sorted((Path(__file__).resolve().parent.parent / "studies").glob("*.ya
 
 def test_there_is_a_study_per_family():
     models = {StudySpec.from_yaml(path).objective.model for path in STUDIES}
-    assert models == {"cnn", "rnn", "lstm", "gan"}
+    assert models == {"cnn", "rnn", "lstm", "gan", "transformer"}
     names = {p.name for p in STUDIES}
     assert {
         "quickstart.yaml",

@@ -31,6 +31,12 @@ CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
         3,
     ),
     "gan": ("gan", "digits", {"batch_size": 32}, 25),
+    "transformer": (
+        "transformer",
+        {"name": "python-docs", "max_chars": 40000},
+        {"lr": 3e-3, "width": 32, "depth": 2, "heads": 4, "dropout": 0.0, "seq_len": 32},
+        3,
+    ),
 }
 
 
