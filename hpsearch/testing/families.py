@@ -112,3 +112,79 @@ def ddp_rank(rank: int, world_size: int, port: int, out_dir: str, cases: list[st
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
+
+
+#: A tiny transformer for pipeline checks: (data set, hyperparameters).
+PIPELINE_CASE: tuple[Any, dict[str, Any]] = (
+    {"name": "python-docs", "max_chars": 20000},
+    {
+        "lr": 3e-3,
+        "width": 32,
+        "depth": 2,
+        "heads": 4,
+        "dropout": 0.0,
+        "seq_len": 32,
+        "batch_size": 16,
+    },
+)
+
+
+def train_pipeline_case(
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    parallel: dict[str, Any] | None = None,
+    epochs: int = 2,
+) -> list[dict[str, float]]:
+    """Train :data:`PIPELINE_CASE` alone (``parallel`` None) or as this rank of a pipeline
+    layout (``{"strategy": "pipeline", "stages": 2, ...}``); the metrics of each epoch."""
+    import torch
+
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.spec import ParallelSpec
+    from hpsearch.training._loop import make_trainer
+
+    dataset, params = PIPELINE_CASE
+    data = load_dataset(dataset, seed=0)
+    family = get_family("transformer")
+    torch.manual_seed(0)
+    trainer = make_trainer(
+        family,
+        family.build(params, data),
+        params,
+        data,
+        device=torch.device("cpu"),
+        precision="fp32",
+        seed=0,
+        rank=rank,
+        world_size=world_size,
+        parallel=ParallelSpec.model_validate(parallel) if parallel else None,
+    )
+    out = []
+    for epoch in range(1, epochs + 1):
+        metrics = trainer.train_epoch(data, epoch)
+        metrics.update(trainer.evaluate(data))
+        out.append(metrics)
+    return out
+
+
+def pipeline_rank(
+    rank: int, world_size: int, port: int, out_dir: str, layouts: list[dict[str, Any]]
+) -> None:
+    """One rank: join a gloo group, train :data:`PIPELINE_CASE` in each layout, write
+    ``rank{N}.json`` (per layout, the metrics of each epoch)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        results = [
+            train_pipeline_case(rank=rank, world_size=world_size, parallel=layout)
+            for layout in layouts
+        ]
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    finally:
+        dist.destroy_process_group()

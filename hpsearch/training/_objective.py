@@ -52,6 +52,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         seed=seed * 7919 + trial.number,
         rank=ctx.rank,
         world_size=ctx.world_size,
+        parallel=spec.parallel_for(params),
     )
     keep = spec.objective.checkpoint_interval is not None
     checkpoints = (
@@ -73,6 +74,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         {
             "hpsearch.precision": precision,
             "hpsearch.world_size": ctx.world_size,
+            "hpsearch.parallel": getattr(trainer, "layout", "ddp"),
             "hpsearch.device_name": name,
             "hpsearch.device_memory_mib": memory,
             "hpsearch.task": data.task,
@@ -124,12 +126,17 @@ def _epochs(
                 checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
-        if checkpoints is not None and now - last_checkpoint >= interval:
+        due = checkpoints is not None and now - last_checkpoint >= interval
+        state = None
+        if getattr(trainer, "collective_state", False):  # its state_dict is a collective
+            due = bool(_broadcast(due, ctx))
+            state = trainer.state_dict() if due else None
+        if due and checkpoints is not None:
             checkpoints.save(
                 {
                     "epoch": epoch,
                     "value": value,
-                    "trainer": trainer.state_dict(),
+                    "trainer": state if state is not None else trainer.state_dict(),
                     "metrics": history,
                 }
             )
