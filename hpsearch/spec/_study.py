@@ -20,6 +20,7 @@ from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,
+    _check_parallel,
     _check_sampler,
     _check_strategy,
     _validate_strategies,
@@ -125,6 +126,8 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 f"the built-in model {objective.model!r} needs at least one searched "
                 "hyperparameter",
             )
+    if objective is not None and space_ok:
+        _check_parallel(objective, space, problems)
     sampler = strategies.get("sampler", SamplerSpec(name="tpe"))
     if sampler is not None:
         _check_sampler(sampler, space, space_ok, problems)
