@@ -129,15 +129,7 @@ PIPELINE_CASE: tuple[Any, dict[str, Any]] = (
 )
 
 
-def train_pipeline_case(
-    *,
-    rank: int = 0,
-    world_size: int = 1,
-    parallel: dict[str, Any] | None = None,
-    epochs: int = 2,
-) -> list[dict[str, float]]:
-    """Train :data:`PIPELINE_CASE` alone (``parallel`` None) or as this rank of a pipeline
-    layout (``{"strategy": "pipeline", "stages": 2, ...}``); the metrics of each epoch."""
+def _pipeline_trainer(rank: int, world_size: int, parallel: dict[str, Any] | None) -> Any:
     import torch
 
     from hpsearch.data import load_dataset
@@ -161,12 +153,54 @@ def train_pipeline_case(
         world_size=world_size,
         parallel=ParallelSpec.model_validate(parallel) if parallel else None,
     )
-    out = []
-    for epoch in range(1, epochs + 1):
-        metrics = trainer.train_epoch(data, epoch)
-        metrics.update(trainer.evaluate(data))
-        out.append(metrics)
-    return out
+    return trainer, data
+
+
+def _epoch(trainer: Any, data: Any, epoch: int) -> dict[str, float]:
+    metrics: dict[str, float] = trainer.train_epoch(data, epoch)
+    metrics.update(trainer.evaluate(data))
+    return metrics
+
+
+def train_pipeline_case(
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    parallel: dict[str, Any] | None = None,
+    epochs: int = 2,
+) -> list[dict[str, float]]:
+    """Train :data:`PIPELINE_CASE` alone (``parallel`` None) or as this rank of a pipeline
+    layout (``{"strategy": "pipeline", "stages": 2, ...}``); the metrics of each epoch."""
+    trainer, data = _pipeline_trainer(rank, world_size, parallel)
+    return [_epoch(trainer, data, epoch) for epoch in range(1, epochs + 1)]
+
+
+def pipeline_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """One rank of a 2-stage pipeline: epoch 2 straight, and epoch 2 of a fresh pipeline
+    restored from the state after epoch 1 (as a trial resumes from its checkpoint); rank 0
+    writes both to ``rank0.json``."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    layout = {"strategy": "pipeline", "stages": world_size, "microbatches": 2}
+    try:
+        trainer, data = _pipeline_trainer(rank, world_size, layout)
+        _epoch(trainer, data, 1)
+        box = [trainer.state_dict()]  # a collective: rank 0 holds every stage's state
+        straight = _epoch(trainer, data, 2)
+        dist.broadcast_object_list(box, src=0)
+        fresh, _ = _pipeline_trainer(rank, world_size, layout)
+        fresh.load_state_dict(box[0])
+        resumed = _epoch(fresh, data, 2)
+        if rank == 0:
+            Path(out_dir, "rank0.json").write_text(
+                json.dumps({"straight": straight, "resumed": resumed})
+            )
+    finally:
+        dist.destroy_process_group()
 
 
 def pipeline_rank(
