@@ -161,6 +161,7 @@ def test_a_study_searches_the_layout_over_ddp_and_pipeline(run_dir, two_slot_cli
     spec = _spec(
         "layouts",
         space=SEARCHED,
+        epochs=1,
     )
     spec["objective"]["parallel"] = {"stages": 2, "microbatches": 2}
     spec["search"]["n_trials"] = 2  # seed 0: pipeline, then ddp (the grid sampler would
@@ -216,7 +217,8 @@ def test_a_stage_that_raises_fails_the_trial_without_a_hang(run_dir, two_slot_cl
         direction="minimize",
         trial_timeout=120,
     )
-    spec["objective"]["params"].update(fail_rank=stage, fail_step=2)
+    # At the first step: the other stage waits for it in the pipeline's first exchange.
+    spec["objective"]["params"].update(fail_rank=stage, fail_step=1)
     Study(spec, run_dir=run_dir, client=two_slot_client).run()
     (trial,) = _study(run_dir, name).trials
     assert trial.state == TrialState.FAIL
