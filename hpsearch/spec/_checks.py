@@ -265,7 +265,7 @@ def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problem
                     f"({min(micros)} < {s}); use more micro-batches or the gpipe schedule",
                 )
             for batch in batches:
-                total = int(batch) * (size if per_rank else 1)
+                total = int(batch) * (pipes if per_rank else 1)  # per pipeline when per rank
                 for m in micros:
                     if total % pipes or (total // pipes) % int(m):
                         once(

@@ -40,8 +40,12 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
     model = family.build(params, data)
-    if ctx.world_size > 1 and params.get("lr_scaling") == "linear":
-        params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
+    layout = spec.parallel_for(params)
+    replicas = ctx.world_size  # copies of the model training on shares of the batch
+    if layout.strategy.value == "pipeline":
+        replicas //= int(layout.stages or ctx.world_size)
+    if replicas > 1 and params.get("lr_scaling") == "linear":
+        params["lr"] = float(params.get("lr", 1e-3)) * replicas
     trainer = make_trainer(
         family,
         model,
@@ -52,7 +56,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         seed=seed * 7919 + trial.number,
         rank=ctx.rank,
         world_size=ctx.world_size,
-        parallel=spec.parallel_for(params),
+        parallel=layout,
     )
     keep = spec.objective.checkpoint_interval is not None
     checkpoints = (

@@ -4,11 +4,12 @@ With k ranks and s stages a trial trains k / s pipelines data-parallel. Rank r h
 ``r % s`` of pipeline ``r // s``; the stages of a pipeline talk point to point in their
 own process group (``torch.distributed.pipelining``: :class:`PipelineStage` with
 :class:`ScheduleGPipe` or :class:`Schedule1F1B`), and the ranks that hold the same stage in
-different pipelines average that stage's gradients in theirs. Every ranks takes the same
+different pipelines average that stage's gradients in theirs. Every rank takes the same
 steps as one rank training the whole model on the same global batch (up to floating point
 and dropout):
 
-* the global batch (``batch_size``) is shared among the pipelines, and each pipeline's
+* the global batch (``batch_size``; with ``per_rank_batch`` it is per pipeline, and
+  ``lr_scaling: linear`` scales by the number of pipelines) is shared among them; each pipeline's
   share is cut into ``microbatches`` (which must divide it); a last, short batch is
   trimmed to a multiple of pipelines x micro-batches;
 * the loss is the mean per micro-batch, the schedule divides the gradients by the number
@@ -110,6 +111,8 @@ class PipelineTrainer(SupervisedTrainer):
         self.n_stages = int(parallel.stages or self.world_size)
         self.n_pipes = self.world_size // self.n_stages
         self.microbatches = int(parallel.microbatches)
+        if params.get("per_rank_batch"):  # per pipeline: the model's copies are the pipelines
+            self.batch_size = int(params.get("batch_size", 64)) * self.n_pipes
         self.schedule_name = parallel.schedule.value
         if self.schedule_name == "1f1b" and self.microbatches < self.n_stages:
             raise ValueError(
