@@ -151,3 +151,33 @@ def test_a_resumed_trainer_continues_exactly(case, tmp_path):
     for key, value in metrics.items():
         if key not in ("samples_per_s",):
             assert value == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_transformer_stages_compose_to_the_whole_model(n):
+    from hpsearch.models import TransformerLM, get_family
+
+    torch.manual_seed(0)
+    model = TransformerLM(30, width=16, depth=2, heads=2, max_len=8).eval()
+    x = torch.randint(0, 30, (2, 8))
+    stages = get_family("transformer").stages(model, n)
+    assert len(stages) == n
+    out = x
+    for stage in stages:
+        out = stage(out)
+    assert torch.equal(out, model(x))
+    params = [id(p) for s in stages for p in s.parameters()]
+    assert sorted(params) == sorted(id(p) for p in model.parameters()), "shared, each once"
+    with pytest.raises(ValueError, match="1 to 3 stages"):
+        model.stages(4)
+
+
+def test_transformer_attention_is_causal():
+    from hpsearch.models import TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(30, width=16, depth=2, heads=2, max_len=8).eval()
+    x = torch.randint(0, 30, (1, 8))
+    y = x.clone()
+    y[0, 5:] = (y[0, 5:] + 1) % 30
+    assert torch.allclose(model(x)[0, :5], model(y)[0, :5]), "no peeking at later tokens"

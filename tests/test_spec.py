@@ -228,7 +228,7 @@ def test_direct_construction_validates_like_from_dict() -> None:
 
 
 def test_module_constants() -> None:
-    assert BUILTIN_MODELS == ("cnn", "rnn", "lstm", "gan")
+    assert BUILTIN_MODELS == ("cnn", "rnn", "lstm", "gan", "transformer")
     assert BUILTIN_DATASETS == ("digits", "digits-seq", "python-docs", "docs-or-code")
 
 

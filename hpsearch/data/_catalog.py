@@ -47,6 +47,7 @@ FAMILY_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "rnn": (("classification",), ("image", "sequence", "tokens", "vector")),
     "lstm": (("classification", "language_model"), ("image", "sequence", "tokens", "vector")),
     "gan": (("classification", "generation"), ("image", "sequence", "vector")),
+    "transformer": (("language_model",), ("tokens",)),
 }
 
 #: The per-epoch metrics of each (family, task); the objective's metric must be one of them.

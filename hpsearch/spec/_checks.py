@@ -191,7 +191,7 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
         )
 
 
-def _check_parallel(raw: Mapping[str, Any], space: Mapping[str, Any], problems: _Problems) -> None:
+def _check_fsdp(raw: Mapping[str, Any], space: Mapping[str, Any], problems: _Problems) -> None:
     """A built-in family that cannot be sharded, asked to train under fsdp (fixed or searched).
 
     Read from the raw objective, so that it is reported even when another objective field is
@@ -213,3 +213,92 @@ def _check_parallel(raw: Mapping[str, Any], space: Mapping[str, Any], problems: 
     searched = space.get("parallel.strategy")
     if isinstance(searched, CategoricalParam) and Strategy.FSDP.value in searched.choices:
         problems.add("space.parallel.strategy", why)
+
+
+#: Built-in models that can be cut into pipeline stages.
+PIPELINE_MODELS: tuple[str, ...] = ("transformer",)
+
+#: Most values of a searched int range that the layout checks try.
+_MAX_TRIED = 64
+
+
+def _candidates(key: str, fixed: Any, space: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """The field that sets ``key`` and the values a trial may take: the searched ones (space
+    key ``key``), else ``fixed`` (``objective.<key>``)."""
+    from hpsearch.spec._params import CategoricalParam, IntParam
+
+    param = space.get(key)
+    if isinstance(param, CategoricalParam):
+        return f"space.{key}", [getattr(c, "value", c) for c in param.choices]
+    if isinstance(param, IntParam):
+        return f"space.{key}", list(range(param.low, param.high + 1, param.step))[:_MAX_TRIED]
+    return f"objective.{key}", [getattr(fixed, "value", fixed)]
+
+
+def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problems) -> None:
+    """The pipeline layout against the model, the trial's set size and the batch: a model
+    that can be cut, stages that divide every set size, micro-batches that divide every
+    pipeline's batch (also when the layout is searched)."""
+    parallel = objective.parallel
+    strategy_field, strategies = _candidates("parallel.strategy", parallel.strategy, space)
+    if "pipeline" not in strategies:
+        return
+    builtin = objective.model in BUILTIN_MODELS
+    if builtin and objective.model not in PIPELINE_MODELS:
+        problems.add(
+            strategy_field,
+            f"model {objective.model!r} cannot be cut into pipeline stages; the pipeline "
+            f"strategy needs a model that can ({', '.join(PIPELINE_MODELS)}); use ddp or fsdp",
+        )
+        return
+    if objective.precision.value == "fp16" and builtin:
+        problems.add(
+            "objective.precision",
+            "a pipeline trial trains in fp32 or bf16 (fp16's grad scaler is not shared "
+            "across stages)",
+        )
+    size_field, sizes = _candidates("gpus_per_trial", objective.gpus_per_trial, space)
+    stages_field, stage_counts = _candidates("parallel.stages", parallel.stages, space)
+    micro_field, micros = _candidates("parallel.microbatches", parallel.microbatches, space)
+    _, schedules = _candidates("parallel.schedule", parallel.schedule, space)
+    batch_field, batches = _candidates("batch_size", objective.params.get("batch_size", 64), space)
+    batch_field = (
+        "objective.params.batch_size" if batch_field == "objective.batch_size" else batch_field
+    )
+    per_rank = bool(objective.params.get("per_rank_batch"))
+    said: set[str] = set()
+
+    def once(field: str, message: str) -> None:
+        if field not in said:
+            said.add(field)
+            problems.add(field, message)
+
+    for size in sizes:
+        for stages in stage_counts:
+            s = int(stages or size)
+            if size % s:
+                once(
+                    stages_field,
+                    f"{s} pipeline stages do not divide the trial's set of {size} devices "
+                    f"({size_field}); give a divisor of it",
+                )
+                continue
+            if not builtin:
+                continue  # a user objective cuts its own batches
+            pipes = size // s
+            if "1f1b" in schedules and min(micros) < s:
+                once(
+                    micro_field,
+                    f"the 1f1b schedule needs at least as many micro-batches as stages "
+                    f"({min(micros)} < {s}); use more micro-batches or the gpipe schedule",
+                )
+            for batch in batches:
+                total = int(batch) * (pipes if per_rank else 1)  # per pipeline when per rank
+                for m in micros:
+                    if total % pipes or (total // pipes) % int(m):
+                        once(
+                            micro_field,
+                            f"{m} micro-batches do not divide the batch of each pipeline "
+                            f"({batch_field} {total} over {pipes} pipeline(s) of {s} stages "
+                            f"on {size} devices)",
+                        )

@@ -28,7 +28,7 @@ from hpsearch.spec._messages import (
     _Str,
 )
 
-BUILTIN_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "gan")
+BUILTIN_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "gan", "transformer")
 """Models hpsearch can train itself; any other model must be ``package.module:function``."""
 
 BUILTIN_DATASETS: tuple[str, ...] = tuple(_catalog.BUILTIN)

@@ -20,6 +20,7 @@ from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,
+    _check_fsdp,
     _check_parallel,
     _check_sampler,
     _check_strategy,
@@ -110,7 +111,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 )
     if isinstance(raw_objective, Mapping):
         _check_dataset_for(raw_objective, source, problems)
-        _check_parallel(raw_objective, space, problems)
+        _check_fsdp(raw_objective, space, problems)
     objective: ObjectiveSpec | None = out["objective"]
     if objective is not None:
         if ":" in objective.model:
@@ -127,6 +128,8 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 f"the built-in model {objective.model!r} needs at least one searched "
                 "hyperparameter",
             )
+    if objective is not None and space_ok:
+        _check_parallel(objective, space, problems)
     sampler = strategies.get("sampler", SamplerSpec(name="tpe"))
     if sampler is not None:
         _check_sampler(sampler, space, space_ok, problems)

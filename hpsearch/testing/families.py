@@ -32,6 +32,12 @@ CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
         3,
     ),
     "gan": ("gan", "digits", {"batch_size": 32}, 25),
+    "transformer": (
+        "transformer",
+        {"name": "python-docs", "max_chars": 40000},
+        {"lr": 3e-3, "width": 32, "depth": 2, "heads": 4, "dropout": 0.0, "seq_len": 32},
+        3,
+    ),
 }
 
 
@@ -147,5 +153,115 @@ def fsdp_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> Non
             "param_bytes": param_bytes([trainer.model]),
         }
         Path(out_dir, f"fsdp-rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+#: A tiny transformer for pipeline checks: (data set, hyperparameters).
+PIPELINE_CASE: tuple[Any, dict[str, Any]] = (
+    {"name": "python-docs", "max_chars": 20000},
+    {
+        "lr": 3e-3,
+        "width": 32,
+        "depth": 2,
+        "heads": 4,
+        "dropout": 0.0,
+        "seq_len": 32,
+        "batch_size": 16,
+    },
+)
+
+
+def _pipeline_trainer(rank: int, world_size: int, parallel: dict[str, Any] | None) -> Any:
+    import torch
+
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.spec import ParallelSpec
+    from hpsearch.training._loop import make_trainer
+
+    dataset, params = PIPELINE_CASE
+    data = load_dataset(dataset, seed=0)
+    family = get_family("transformer")
+    torch.manual_seed(0)
+    trainer = make_trainer(
+        family,
+        family.build(params, data),
+        params,
+        data,
+        device=torch.device("cpu"),
+        precision="fp32",
+        seed=0,
+        rank=rank,
+        world_size=world_size,
+        parallel=ParallelSpec.model_validate(parallel) if parallel else None,
+    )
+    return trainer, data
+
+
+def _epoch(trainer: Any, data: Any, epoch: int) -> dict[str, float]:
+    metrics: dict[str, float] = trainer.train_epoch(data, epoch)
+    metrics.update(trainer.evaluate(data))
+    return metrics
+
+
+def train_pipeline_case(
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    parallel: dict[str, Any] | None = None,
+    epochs: int = 2,
+) -> list[dict[str, float]]:
+    """Train :data:`PIPELINE_CASE` alone (``parallel`` None) or as this rank of a pipeline
+    layout (``{"strategy": "pipeline", "stages": 2, ...}``); the metrics of each epoch."""
+    trainer, data = _pipeline_trainer(rank, world_size, parallel)
+    return [_epoch(trainer, data, epoch) for epoch in range(1, epochs + 1)]
+
+
+def pipeline_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """One rank of a 2-stage pipeline: epoch 2 straight, and epoch 2 of a fresh pipeline
+    restored from the state after epoch 1 (as a trial resumes from its checkpoint); rank 0
+    writes both to ``rank0.json``."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    layout = {"strategy": "pipeline", "stages": world_size, "microbatches": 2}
+    try:
+        trainer, data = _pipeline_trainer(rank, world_size, layout)
+        _epoch(trainer, data, 1)
+        box = [trainer.state_dict()]  # a collective: rank 0 holds every stage's state
+        straight = _epoch(trainer, data, 2)
+        dist.broadcast_object_list(box, src=0)
+        fresh, _ = _pipeline_trainer(rank, world_size, layout)
+        fresh.load_state_dict(box[0])
+        resumed = _epoch(fresh, data, 2)
+        if rank == 0:
+            Path(out_dir, "rank0.json").write_text(
+                json.dumps({"straight": straight, "resumed": resumed})
+            )
+    finally:
+        dist.destroy_process_group()
+
+
+def pipeline_rank(
+    rank: int, world_size: int, port: int, out_dir: str, layouts: list[dict[str, Any]]
+) -> None:
+    """One rank: join a gloo group, train :data:`PIPELINE_CASE` in each layout, write
+    ``rank{N}.json`` (per layout, the metrics of each epoch)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        results = [
+            train_pipeline_case(rank=rank, world_size=world_size, parallel=layout)
+            for layout in layouts
+        ]
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()

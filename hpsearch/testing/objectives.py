@@ -1,11 +1,11 @@
-"""Tiny objectives for tests and benchmarks (no training)."""
+"""Tiny objectives for tests and benchmarks (no training, but for pipeline_transformer)."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -213,3 +213,33 @@ def fsdp_rank1_raises(trial: optuna.Trial, ctx: TrialContext) -> float:
         opt.step()
         trial.report(x, step)
     return x
+
+
+def pipeline_transformer(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """The built-in transformer objective, with each rank noting the steps it trains.
+
+    ``objective.params`` may hold ``fail_rank`` and ``fail_step``: that rank raises at the
+    start of that step (while its pipeline's other stages wait for it)."""
+    import dataclasses
+
+    from hpsearch.spec import StudySpec
+    from hpsearch.training import _pipeline
+    from hpsearch.training._objective import builtin_objective
+
+    raw = ctx.spec.to_dict()
+    raw["objective"].update(model="transformer", metric=None, direction=None)
+    spec = StudySpec.from_dict(raw)
+    params = spec.objective.params
+    original = _pipeline.PipelineTrainer.train_epoch
+
+    def train_epoch(self: _pipeline.PipelineTrainer, data: Any, epoch: int) -> dict[str, float]:
+        if params.get("fail_rank") == ctx.rank and params.get("fail_step") == epoch:
+            raise RuntimeError(f"rank {ctx.rank} (stage {self.stage}) broke on purpose")
+        _note(ctx, trial, f"step {epoch}")
+        return original(self, data, epoch)
+
+    _pipeline.PipelineTrainer.train_epoch = train_epoch  # type: ignore[method-assign]
+    try:
+        return builtin_objective(trial, dataclasses.replace(ctx, spec=spec))
+    finally:
+        _pipeline.PipelineTrainer.train_epoch = original  # type: ignore[method-assign]

@@ -340,6 +340,15 @@ def make_trainer(
     **kwargs: Any,
 ) -> Trainer:
     """The trainer ``family`` names (:attr:`~hpsearch.models._base.ModelFamily.trainer`) for
-    ``model`` on ``data``."""
+    ``model`` on ``data``; with ``parallel`` (the trial's layout) ``pipeline``, the pipeline
+    trainer."""
+    parallel = kwargs.pop("parallel", None)
+    if parallel is not None and parallel.strategy.value == "pipeline":
+        from hpsearch.training._pipeline import make_pipeline_trainer
+
+        kwargs.pop("strategy", None)
+        return make_pipeline_trainer(family, model, params, data, parallel=parallel, **kwargs)
+    if parallel is not None:
+        kwargs.setdefault("strategy", parallel.strategy.value)
     trainer: Any = family.trainer_class()
     return trainer(model, params, data, **kwargs)

@@ -43,9 +43,13 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
     model = family.build(params, data)
-    strategy = spec.parallel_for(params).strategy.value
-    if ctx.world_size > 1 and params.get("lr_scaling") == "linear":
-        params["lr"] = float(params.get("lr", 1e-3)) * ctx.world_size
+    layout = spec.parallel_for(params)
+    replicas = ctx.world_size  # copies of the model training on shares of the batch
+    if layout.strategy.value == "pipeline":
+        replicas //= int(layout.stages or ctx.world_size)
+    if replicas > 1 and params.get("lr_scaling") == "linear":
+        params["lr"] = float(params.get("lr", 1e-3)) * replicas
+    strategy = layout.strategy.value
     trainer = make_trainer(
         family,
         model,
@@ -56,7 +60,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
         seed=seed * 7919 + trial.number,
         rank=ctx.rank,
         world_size=ctx.world_size,
-        strategy=strategy,
+        parallel=layout,
     )
     keep = spec.objective.checkpoint_interval is not None
     checkpoints: Any
@@ -100,7 +104,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
             tag.N_TRAIN: data.n_train,
             tag.N_VAL: data.n_val,
             tag.RESUMED_FROM_EPOCH: first_epoch - 1,
-            tag.PARALLEL: strategy,
+            tag.PARALLEL: getattr(trainer, "layout", strategy),
         }
     )
     value = float("nan") if state is None else float(state["value"])
@@ -160,17 +164,20 @@ def _epochs(
                 checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
         now = time.monotonic()
-        if checkpoints is not None and _due(checkpoints, now - last_checkpoint >= interval):
+        due = _due(checkpoints, checkpoints is not None and now - last_checkpoint >= interval)
+        if getattr(trainer, "collective_state", False):  # its state_dict is a collective
+            due = bool(_broadcast(due, ctx))
+        if due:
             state = {
                 "epoch": epoch,
                 "value": value,
                 "trainer": trainer.state_dict(),
                 "metrics": history,
             }
-            if not isinstance(checkpoints, ShardedCheckpointStore):
+            if isinstance(checkpoints, ShardedCheckpointStore):
+                checkpoints.save(state, trainer)  # collective: every rank writes its shards
+            elif checkpoints is not None:
                 checkpoints.save(state)
-            else:  # sharded (fsdp): collective, every rank writes its shards
-                checkpoints.save(state, trainer)
             last_checkpoint = now
     return value
 

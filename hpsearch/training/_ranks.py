@@ -42,6 +42,9 @@ ENV_PARENT = "HPSEARCH_RANK_PARENT"
 
 #: Seconds the other ranks get to finish once rank 0 has its result (they are then killed).
 GRACE_S = 10.0
+#: Seconds rank 0 gets to report once another rank failed: when rank 0 raised first, the
+#: others fail only because it left their collective, and its own error is the reason.
+FAILURE_GRACE_S = 3.0
 START_TIMEOUT_S = 120.0
 
 
@@ -182,6 +185,7 @@ class RankPool:
         failure: RankFailure | None = None
         deadline = None if timeout is None else time.monotonic() + timeout
         grace_end: float | None = None
+        failed_at: float | None = None
         while pending:
             ready = [c for c in wait(list(pending), timeout=0.5) if isinstance(c, Connection)]
             for conn in ready:
@@ -204,6 +208,18 @@ class RankPool:
                             rank, f"rank {rank} died ({_exit_text(procs[rank].popen)})"
                         )
             now = time.monotonic()
+            if failure is not None and failed_at is None:
+                failed_at = now
+            waiting_for_rank0 = (
+                failure is not None
+                and failure.rank != 0
+                and any(rank == 0 for rank in pending.values())
+                and procs[0].alive()
+                and failed_at is not None
+                and now - failed_at < FAILURE_GRACE_S
+            )
+            if waiting_for_rank0:
+                continue
             if (
                 failure is not None
                 or (grace_end is not None and now > grace_end and pending)

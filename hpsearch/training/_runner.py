@@ -128,7 +128,12 @@ def _run_ranks(
         threads=threads,
         timeout=task.spec.objective.trial_timeout,
     )
-    if failure is None and isinstance(result, TrialOutcome):
+    if isinstance(result, TrialOutcome) and (
+        failure is None
+        or (result.state == "FAIL" and _peer_lost(failure.reason) and not _peer_lost(result.reason))
+    ):
+        # Rank 0's own outcome; also when another rank then failed only because rank 0 left
+        # their collective (rank 0 raised first: its error is the trial's reason).
         result.worker = _worker_address()
         return result
     # A rank failed (or rank 0 could not say): close the trial's run with the reason.
@@ -157,6 +162,12 @@ def _run_ranks(
         run.log_text(tb, "traceback.txt")
     run.finish("FAIL")
     return outcome
+
+
+def _peer_lost(reason: str | None) -> bool:
+    """Whether a rank's error says only that another rank left (gloo / NCCL)."""
+    text = (reason or "").partition("\n")[0].lower()
+    return "closed by peer" in text or "reset by peer" in text
 
 
 def _count_attempt(study: optuna.Study, trial_id: int) -> int:
