@@ -203,6 +203,25 @@ def test_fsdp_matches_one_rank_and_resumes_from_its_sharded_checkpoint(tmp_path)
     assert store.load_into(fresh["trainer"], resumed=False) is None, "a fresh trial starts over"
 
 
+def test_the_transformer_shards_too(tmp_path):
+    """The transformer language model under fsdp: the losses of one rank, half the bytes."""
+    import torch.multiprocessing as mp
+
+    from hpsearch.testing.families import fsdp_case_rank, train_briefly
+    from hpsearch.training._fsdp import param_bytes
+
+    args = (2, free_port(), str(tmp_path), "transformer")
+    mp.spawn(fsdp_case_rank, args=args, nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"fsdp-transformer-rank{r}.json").read_text()) for r in (0, 1)]
+    alone = train_briefly("transformer", epochs=2)
+    for key in ("train_loss", "val_loss", "val_perplexity"):
+        assert [e[key] for e in ranks[0]["epochs"]] == pytest.approx(
+            [e[key] for e in alone["epochs"]], rel=LOSS_RTOL
+        ), key
+    full = param_bytes([alone["trainer"].model])
+    assert max(r["param_bytes"] for r in ranks) <= 0.55 * full
+
+
 def test_spec_errors_for_fsdp_are_one_line_each():
     base = {"name": "s", "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2}}}
     with pytest.raises(SpecError) as err:

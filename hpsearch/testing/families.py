@@ -265,3 +265,22 @@ def pipeline_rank(
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
+
+
+def fsdp_case_rank(rank: int, world_size: int, port: int, out_dir: str, case: str) -> None:
+    """One rank of ``CASES[case]`` trained 2 epochs sharded (fsdp); writes
+    ``fsdp-{case}-rank{N}.json``: the metrics of each epoch and this rank's parameter bytes."""
+    import torch
+    import torch.distributed as dist
+
+    from hpsearch.training._fsdp import param_bytes
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        run = train_briefly(case, rank=rank, world_size=world_size, epochs=2, strategy="fsdp")
+        result = {"epochs": run["epochs"], "param_bytes": param_bytes([run["trainer"].model])}
+        Path(out_dir, f"fsdp-{case}-rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()

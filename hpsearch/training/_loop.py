@@ -113,8 +113,14 @@ class Trainer(ABC):
         if self.world_size == 1:
             return module
         if self.strategy == "fsdp":
+            import warnings
+
             from hpsearch.training._fsdp import shard
 
+            # FSDP2 warns of every layer whose output is a view (any Linear on a batch of
+            # sequences), in case the caller changes it in place; the built-in trainers never
+            # do (their sharded losses match one rank's), so the warning would only be noise.
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* view tensor")
             return shard(
                 module, precision=self.precision, world_size=self.world_size, device=self.device
             )
