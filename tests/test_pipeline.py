@@ -157,27 +157,37 @@ def _notes(run_dir, name, number):
 
 
 @pytest.mark.slow
-def test_a_study_searches_the_layout_over_ddp_and_pipeline(run_dir, two_slot_client):
-    spec = _spec(
-        "layouts",
-        space=SEARCHED,
-        epochs=1,
-    )
+def test_a_study_searches_the_layout_and_a_memory_cap_leaves_what_fits(run_dir, two_slot_client):
+    """The model's parameters + gradients + Adam state (629 kB whole; 379 kB for the larger
+    of 2 stages, about 315 kB per fsdp shard) over a 500 kB cap per device: ddp runs out of
+    memory on the same 2-device set where the pipeline and fsdp train."""
+    cap = 500_000
+    spec = _spec("layouts", space=SEARCHED, epochs=1, max_memory_per_device=cap)
     spec["objective"]["parallel"] = {"stages": 2, "microbatches": 2}
     spec["search"]["n_trials"] = 2  # seed 0: pipeline, then ddp (the grid sampler would
     # stop the study from its after_trial hook, which hpsearch's coordinator does not allow)
     Study(spec, run_dir=run_dir, client=two_slot_client).run()
-    trials = _study(run_dir, "layouts").trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, [t.user_attrs for t in trials]
-    assert {t.params["parallel.strategy"] for t in trials} == {"ddp", "pipeline"}
-    by_layout = {t.params["parallel.strategy"]: t.value for t in trials}
-    # (trials start from different initial weights: equality is the spawn test's job)
-    assert all(value < 40 for value in by_layout.values()), "well under the vocabulary size"
+    trials = {t.params["parallel.strategy"]: t for t in _study(run_dir, "layouts").trials}
+    assert set(trials) == {"ddp", "pipeline"}
+    assert trials["pipeline"].state == TrialState.COMPLETE, trials["pipeline"].user_attrs
+    assert trials["pipeline"].value < 40, "well under the vocabulary size"
+    assert trials["ddp"].state == TrialState.FAIL
+    reason = trials["ddp"].user_attrs["hpsearch.fail_reason"]
+    assert reason.startswith("out of memory: ") and "max_memory_per_device" in reason, reason
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "layouts")
-    tags = {
-        r.data.tags.get("hpsearch.parallel") for r in runs if "hpsearch.trial_number" in r.data.tags
+    by_tag = {
+        r.data.tags.get("hpsearch.parallel"): r
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
     }
-    assert tags == {"ddp", "pipeline: 2 stages x 1 pipelines, 2 micro-batches, 1f1b"}
+    assert set(by_tag) == {"ddp", "pipeline: 2 stages x 1 pipelines, 2 micro-batches, 1f1b"}
+    piped = by_tag["pipeline: 2 stages x 1 pipelines, 2 micro-batches, 1f1b"].data.metrics
+    assert piped["train_state_bytes_per_rank"] <= cap
+
+    sharded = _spec("layouts-fsdp", parallel="fsdp", epochs=1, max_memory_per_device=cap)
+    Study(sharded, run_dir=run_dir, client=two_slot_client).run()
+    (trial,) = _study(run_dir, "layouts-fsdp").trials
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs
 
 
 @pytest.mark.slow

@@ -144,8 +144,9 @@ class MemoryMonitor:
                 f"of {self.world_size} ({self.strategy}), over "
                 f"objective.max_memory_per_device {_mib(self.cap)}"
                 + (
-                    "; parallel: fsdp shards them over the set"
-                    if self.strategy != "fsdp" and self.world_size > 1
+                    "; parallel: fsdp (or pipeline, for a model that can be cut) splits them "
+                    "over the set"
+                    if self.strategy == "ddp" and self.world_size > 1
                     else ""
                 ),
                 needed=needed,
