@@ -86,7 +86,7 @@ def precision_rows(epochs: int, size: int) -> list[tuple]:
 
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
-    from hpsearch.training._loop import make_trainer
+    from hpsearch.training._trainers import make_trainer
 
     data = load_dataset({"name": "digits", "size": size}, seed=0)
     device = torch.device("cuda:0")

@@ -58,3 +58,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def two_slot_client():
+    """A local cluster with one worker owning 2 CPU slots: trials of 2 ranks run there (one
+    cluster per test module, so that a module's trials reuse its warm rank processes)."""
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close(timeout=20)

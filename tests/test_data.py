@@ -99,7 +99,7 @@ def test_npz_file_next_to_the_study_file(tmp_path, monkeypatch):
 
 def test_rnn_learns_a_two_class_npz_with_a_sigmoid(tmp_path):
     from hpsearch.models import get_family
-    from hpsearch.training._loop import make_trainer
+    from hpsearch.training._trainers import make_trainer
 
     path = _digits_npz(tmp_path / "zero-one.npz")
     data = load_dataset({"path": str(path)}, seed=0)

@@ -29,20 +29,6 @@ def _study(run_dir, name):
     )
 
 
-@pytest.fixture(scope="module")
-def two_slot_client():
-    """A local cluster with one worker owning 2 CPU slots: trials of 2 ranks run there."""
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close(timeout=20)
-
-
 def _cnn(name, size, epochs=3):
     return {
         "name": name,

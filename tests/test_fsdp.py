@@ -42,19 +42,6 @@ def _run(run_dir, name):
     )
 
 
-@pytest.fixture(scope="module")
-def two_slot_client():
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close(timeout=20)
-
-
 def _cnn(name, size, strategy, *, epochs=2, cap=None, lrs=(0.003,), n_trials=1, pruner="none"):
     return {
         "name": name,

@@ -135,20 +135,6 @@ def test_a_resumed_pipeline_continues_exactly(tmp_path):
         assert resumed[key] == pytest.approx(straight[key], rel=1e-9), key
 
 
-@pytest.fixture(scope="module")
-def two_slot_client():
-    """A local cluster with one worker owning 2 CPU slots: trials of 2 ranks run there."""
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close(timeout=20)
-
-
 def _notes(run_dir, name, number):
     return [
         (run_dir / name / f"notes-{number}-rank{r}.txt").read_text().split("\n")[:-1]

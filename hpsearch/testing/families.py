@@ -56,7 +56,7 @@ def train_briefly(
 
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
-    from hpsearch.training._loop import make_trainer
+    from hpsearch.training._trainers import make_trainer
 
     name, dataset, params, n_epochs = CASES[case]
     data = load_dataset(dataset, seed=0)
@@ -178,7 +178,7 @@ def _pipeline_trainer(rank: int, world_size: int, parallel: dict[str, Any] | Non
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
     from hpsearch.spec import ParallelSpec
-    from hpsearch.training._loop import make_trainer
+    from hpsearch.training._trainers import make_trainer
 
     dataset, params = PIPELINE_CASE
     data = load_dataset(dataset, seed=0)

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.models._base import ModelFamily
     from hpsearch.trial import TrialContext
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
@@ -336,25 +335,3 @@ class SupervisedTrainer(Trainer):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
-
-
-def make_trainer(
-    family: ModelFamily,
-    model: torch.nn.Module,
-    params: Mapping[str, Any],
-    data: DataSplit,
-    **kwargs: Any,
-) -> Trainer:
-    """The trainer ``family`` names (:attr:`~hpsearch.models._base.ModelFamily.trainer`) for
-    ``model`` on ``data``; with ``parallel`` (the trial's layout) ``pipeline``, the pipeline
-    trainer."""
-    parallel = kwargs.pop("parallel", None)
-    if parallel is not None and parallel.strategy.value == "pipeline":
-        from hpsearch.training._pipeline import make_pipeline_trainer
-
-        kwargs.pop("strategy", None)
-        return make_pipeline_trainer(family, model, params, data, parallel=parallel, **kwargs)
-    if parallel is not None:
-        kwargs.setdefault("strategy", parallel.strategy.value)
-    trainer: Any = family.trainer_class()
-    return trainer(model, params, data, **kwargs)

@@ -30,8 +30,8 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     from hpsearch.training._amp import describe_device, resolve_precision
     from hpsearch.training._checkpoint import CheckpointStore
     from hpsearch.training._fsdp import ShardedCheckpointStore
-    from hpsearch.training._loop import make_trainer
     from hpsearch.training._memory import MemoryMonitor
+    from hpsearch.training._trainers import make_trainer
 
     spec = ctx.spec
     torch.set_num_threads(ctx.n_threads)
