@@ -130,6 +130,7 @@ class Coordinator:
         self._storage = storage_of(study)
         self._study_id = study_id_of(study)
         self._capacity_read = time.monotonic()
+        self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -271,10 +272,21 @@ class Coordinator:
             },
         )
         if outcome.state == "COMPLETE":
-            self.study.tell(info.number, outcome.value, skip_if_finished=True)
+            self._tell_study(info.number, values=outcome.value)
         else:
             state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
-            self.study.tell(info.number, state=state, skip_if_finished=True)
+            self._tell_study(info.number, state=state)
+
+    def _tell_study(self, number: int, **kwargs: Any) -> None:
+        try:
+            self.study.tell(number, skip_if_finished=True, **kwargs)
+        except RuntimeError as exc:
+            # A sampler that has run out of points (GridSampler, its grid done) calls
+            # study.stop() from its after_trial hook, which Optuna allows only inside
+            # study.optimize; the trial is stored by then. Here it means: ask no more.
+            if "Study.stop" not in str(exc):
+                raise
+            self.sampler_done = True
 
     @staticmethod
     def _error(future: Future, result: Any) -> BaseException | None:
@@ -360,7 +372,9 @@ class Coordinator:
         finished = as_completed(with_results=True, raise_errors=False)
 
         def may_ask() -> bool:
-            return to_ask > 0 and not (deadline is not None and time.monotonic() >= deadline)
+            if to_ask <= 0 or self.sampler_done:
+                return False
+            return not (deadline is not None and time.monotonic() >= deadline)
 
         def fill() -> None:
             # First come, first served: a trial waits at the head until its set is free, and

@@ -187,3 +187,21 @@ def test_failing_and_diverging_trials_end_fail_and_the_study_goes_on(run_dir, da
         assert t.state == TrialState.FAIL
         assert list(t.intermediate_values) == [0], "the NaN never reached the pruner"
         assert "diverged" in t.user_attrs["hpsearch.fail_reason"]
+
+
+def test_a_finished_grid_ends_the_study(run_dir, dask_client):
+    """The grid sampler stops the study once every point is tried (from its after_trial
+    hook): the coordinator asks no more and ends with the grid, every trial told."""
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.25}}
+    spec = user_spec("grid-done", "hpsearch.testing.objectives:staircase", n_trials=8, space=space)
+    spec["search"].update(sampler="grid", pruner="none")
+    Study(spec, run_dir=run_dir, client=dask_client).run()
+    study = optuna.load_study(
+        study_name="grid-done",
+        storage=JournalStorage(JournalFileBackend(str(run_dir / "grid-done" / "optuna.journal"))),
+    )
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    # Trials asked while the last points were still running may repeat a point (Optuna's
+    # grid sampler does the same in study.optimize with n_jobs > 1).
+    assert {t.params["x"] for t in study.trials} == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert len(study.trials) < 8, "no trials asked after the grid was done"

@@ -150,8 +150,7 @@ def test_a_study_searches_the_layout_and_a_memory_cap_leaves_what_fits(run_dir, 
     cap = 500_000
     spec = _spec("layouts", space=SEARCHED, epochs=1, max_memory_per_device=cap)
     spec["objective"]["parallel"] = {"stages": 2, "microbatches": 2}
-    spec["search"]["n_trials"] = 2  # seed 0: pipeline, then ddp (the grid sampler would
-    # stop the study from its after_trial hook, which hpsearch's coordinator does not allow)
+    spec["search"]["n_trials"] = 2  # seed 0: pipeline, then ddp
     Study(spec, run_dir=run_dir, client=two_slot_client).run()
     trials = {t.params["parallel.strategy"]: t for t in _study(run_dir, "layouts").trials}
     assert set(trials) == {"ddp", "pipeline"}
