@@ -203,6 +203,37 @@ def test_fsdp_matches_one_rank_and_resumes_from_its_sharded_checkpoint(tmp_path)
     assert store.load_into(fresh["trainer"], resumed=False) is None, "a fresh trial starts over"
 
 
+def test_a_sharded_transformer_matches_one_rank(tmp_path):
+    """The transformer (the family that is also cut into pipeline stages) trains under fsdp
+    as one rank does, and its spec is accepted with the layout fixed or searched."""
+    import torch.multiprocessing as mp
+
+    from hpsearch.testing.families import pipeline_rank, train_pipeline_case
+
+    mp.spawn(
+        pipeline_rank,
+        args=(2, free_port(), str(tmp_path), [{"strategy": "fsdp"}]),
+        nprocs=2,
+        join=True,
+    )
+    (sharded,), (other,) = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    alone = train_pipeline_case()
+    for step, (a, b, one) in enumerate(zip(sharded, other, alone, strict=True)):
+        for key in ("train_loss", "val_loss", "val_accuracy"):
+            assert a[key] == b[key], (step, key)
+            assert a[key] == pytest.approx(one[key], rel=LOSS_RTOL), (step, key)
+    lr = {"type": "float", "low": 1e-4, "high": 1e-2}
+    objective = {"model": "transformer", "dataset": "python-docs", "gpus_per_trial": 2}
+    StudySpec.from_dict(
+        {"name": "t", "objective": {**objective, "parallel": "fsdp"}, "space": {"lr": lr}}
+    )
+    searched = {"type": "categorical", "choices": ["ddp", "fsdp", "pipeline"]}
+    spec = StudySpec.from_dict(
+        {"name": "t", "objective": objective, "space": {"lr": lr, "parallel.strategy": searched}}
+    )
+    assert spec.parallel_for({"parallel.strategy": "fsdp"}).strategy.value == "fsdp"
+
+
 def test_spec_errors_for_fsdp_are_one_line_each():
     base = {"name": "s", "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2}}}
     with pytest.raises(SpecError) as err:

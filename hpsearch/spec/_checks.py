@@ -28,7 +28,7 @@ from hpsearch.spec._sections import (
 )
 
 #: Built-in families that train under ``parallel: fsdp``.
-FSDP_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm")
+FSDP_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "transformer")
 
 # Constructor arguments hpsearch fills in itself, with the hint shown when a file sets them.
 _SAMPLER_OWNED_OPTIONS: dict[str, str] = {

@@ -107,7 +107,8 @@ class ParallelSpec(_Spec):
             "the gradients are averaged. fsdp: each device holds 1/k of the parameters, "
             "gradients and optimizer state (FSDP2 fully_shard, one unit per layer), gathering "
             "a layer's parameters only while it computes; pick it when the model and its "
-            "optimizer state do not fit one device (built-in cnn, rnn and lstm; not gan). "
+            "optimizer state do not fit one device (built-in cnn, rnn, lstm and transformer; "
+            "not gan). "
             "The layout may be searched as the space key 'parallel.strategy'."
         ),
     )

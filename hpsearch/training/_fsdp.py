@@ -193,7 +193,7 @@ class ShardedCheckpointStore:
         if model is None or optimizer is None:
             raise TypeError(
                 f"{type(trainer).__name__} has no single model and optimizer to checkpoint "
-                "sharded (fsdp supports the cnn, rnn and lstm families)"
+                "sharded (fsdp supports the cnn, rnn, lstm and transformer families)"
             )
         return model, optimizer
 
