@@ -4,9 +4,14 @@
    grad scaler as a trial uses them);
 2. a 1-GPU trial against an all-GPU data-parallel trial (NCCL ranks): scaling efficiency;
 3. concurrent trials on disjoint GPU sets: each trial's devices, and the GPUs' mean
-   utilisation over the study (sampled with NVML or nvidia-smi).
+   utilisation over the study (sampled with NVML or nvidia-smi);
+4. the layouts side by side on one transformer (``benchmarks/parallel.py``'s rows, on NCCL
+   ranks): ddp, fsdp and pipeline (gpipe, 1f1b) on 1, 2, 4 and 8 GPUs (as many as there
+   are), samples/s and per-rank parameter, train-state and peak CUDA-allocated memory; rows
+   that would not start within ``--layout-seconds`` are listed as skipped, so the check
+   keeps its time cap.
 
-    python benchmarks/gpu_check.py [--epochs 3] [--size 64]
+    python benchmarks/gpu_check.py [--epochs 3] [--size 64] [--layout-seconds 150]
 """
 
 from __future__ import annotations
@@ -207,6 +212,79 @@ def concurrency_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[
     return rows
 
 
+def layout_rows(gpus: list[int], epochs: int, folder: Path, budget_s: float) -> list[tuple]:
+    """ddp / fsdp / pipeline of one transformer on sets of 1, 2, 4, 8 GPUs, one trial each, on
+    one local cluster (a leasing worker that owns every GPU: warm NCCL ranks), read back from
+    MLflow as ``benchmarks/parallel.py`` does. Stops starting rows once the next one (as long
+    as the last) would end after ``budget_s``."""
+    import parallel as bench
+    import torch
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    sizes = [k for k in bench.SIZES if k <= len(gpus)]
+    args = argparse.Namespace(
+        cuda=True,
+        epochs=epochs,
+        search_epochs=2,
+        width=512,
+        depth=max(4, 2 * max(sizes) - 2),
+        heads=8,
+        batch_size=64,
+        microbatches=4,
+        max_chars=300_000,
+        precision="bf16" if torch.cuda.is_bf16_supported() else "fp32",
+    )
+    plan = [(k, label, parallel) for k in sizes for label, parallel in bench.layouts(k, 4)]
+    rows: list[tuple] = []
+    start = time.perf_counter()
+    cluster = start_local_cluster(gpus=gpus, gpus_per_trial=max(sizes), mixed_sizes=True)
+    client = Client(cluster)
+    base: float | None = None
+    last = 0.0
+    try:
+        for k, label, parallel in plan:
+            what = f"{k} GPU{'s' if k > 1 else ''}: {label}"
+            if time.perf_counter() - start + last > budget_s:
+                rows.append((what, "skipped", f"--layout-seconds {budget_s:.0f} reached"))
+                continue
+            t0 = time.perf_counter()
+            try:
+                r = bench.measure(k, label, parallel, args, client, folder)
+            except Exception as exc:  # a failing layout is a result, not the end of the check
+                rows.append((what, "FAIL", f"{type(exc).__name__}: {exc}"[:120]))
+                continue
+            finally:
+                last = time.perf_counter() - t0
+            base = base or r["rate"]
+
+            def span(values: list[float]) -> str:
+                lo, hi = min(values) / 2**20, max(values) / 2**20
+                return f"{hi:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+            rows.append(
+                (
+                    what,
+                    f"{r['rate']:.0f} samples/s ({r['rate'] / base:.2f}x the first row)",
+                    f"MiB per rank: params {span(r['params'])}, params+grads+Adam "
+                    f"{span(r['state'])}, peak allocated {span(r['peak'])}",
+                )
+            )
+    finally:
+        client.close()
+        cluster.close(timeout=20)
+    rows.append(
+        (
+            "layouts: the model",
+            f"transformer width {args.width}, depth {args.depth}",
+            f"{args.precision}, global batch {args.batch_size}, seq_len 64, {epochs} epochs, "
+            f"{time.perf_counter() - start:.0f} s",
+        )
+    )
+    return rows
+
+
 def family_rows() -> list[tuple]:
     """Every model family for two epochs on cuda:0 under fp32, bf16 and fp16 autocast."""
     from hpsearch.testing.families import CASES, train_briefly
@@ -241,6 +319,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--size", type=int, default=64, help="digits resized to size x size")
+    parser.add_argument(
+        "--layout-seconds",
+        type=float,
+        default=150.0,
+        help="time cap of the layout rows (ddp / fsdp / pipeline); 0 leaves them out",
+    )
     args = parser.parse_args()
     import torch
 
@@ -255,6 +339,8 @@ def main() -> None:
     rows += family_rows()
     rows += scaling_rows(len(gpus), args.epochs, args.size, folder)
     rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
+    if args.layout_seconds > 0:
+        rows += layout_rows([g.index for g in gpus], args.epochs, folder, args.layout_seconds)
     names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))
     print(
         f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, "

@@ -67,9 +67,43 @@ def best_trial(
     )
 
 
+#: Per-rank memory of a built-in trial's run (its last epoch's values; the largest rank's):
+#: parameters held, parameters + gradients + optimizer state, and peak memory (the process's
+#: peak resident set on CPU, the caching allocator's peak on CUDA).
+MEMORY_COLUMNS: tuple[str, ...] = (
+    "param_bytes_per_rank",
+    "train_state_bytes_per_rank",
+    "peak_rss_bytes_per_rank",
+    "cuda_max_allocated_bytes_per_rank",
+)
+
+
+def _run_columns(run: Any) -> dict[str, Any]:
+    """The trial's layout, throughput and per-rank memory from its run, where it has them."""
+    if run is None:
+        return {}
+    tags, metrics = run.data.tags, run.data.metrics
+    out: dict[str, Any] = {}
+    if tag.PARALLEL in tags:
+        out["parallel"] = tags[tag.PARALLEL]
+    if "samples_per_s" in metrics:
+        out["samples_per_s"] = metrics["samples_per_s"]
+    for column in MEMORY_COLUMNS:
+        if column in metrics:
+            out[column] = metrics[column]
+            continue
+        stem = column.removesuffix("_per_rank")
+        ranks = [v for k, v in metrics.items() if k.startswith(f"{stem}_rank")]
+        if ranks:  # logged per rank only (peak memory): the largest rank's
+            out[column] = max(ranks)
+    return out
+
+
 def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None) -> pd.DataFrame:
-    """One row per trial: number, state, value, duration_s, worker, devices, run_id, reason,
-    then one column per parameter (``params_<name>``)."""
+    """One row per trial: number, state, value, duration_s, worker, devices, run_id, reason;
+    from the trial's run where it has them: its layout (``parallel``), ``samples_per_s`` and
+    per-rank memory (:data:`MEMORY_COLUMNS`, in bytes, the largest rank's: a trial of a
+    built-in model logs them); then one column per parameter (``params_<name>``)."""
     import pandas as pd
 
     runs = runs or {}
@@ -93,9 +127,13 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
             "run_id": run.info.run_id if run is not None else None,
             "reason": t.user_attrs.get(tag.FAIL_REASON) or t.user_attrs.get(tag.PRUNE_REASON),
         }
+        row.update(_run_columns(run))
         row.update({f"params_{k}": v for k, v in t.params.items()})
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    # The run's columns (present in some rows only) before the parameters.
+    params = [c for c in frame.columns if c.startswith("params_")]
+    return frame[[c for c in frame.columns if not c.startswith("params_")] + params]
 
 
 def _figure(title: str) -> tuple[Figure, Any]:

@@ -207,6 +207,16 @@ def test_the_transformer_shards_too(tmp_path):
         ), key
     full = param_bytes([alone["trainer"].model])
     assert max(r["param_bytes"] for r in ranks) <= 0.55 * full
+    lr = {"type": "float", "low": 1e-4, "high": 1e-2}
+    objective = {"model": "transformer", "dataset": "python-docs", "gpus_per_trial": 2}
+    StudySpec.from_dict(
+        {"name": "t", "objective": {**objective, "parallel": "fsdp"}, "space": {"lr": lr}}
+    )
+    searched = {"type": "categorical", "choices": ["ddp", "fsdp", "pipeline"]}
+    spec = StudySpec.from_dict(
+        {"name": "t", "objective": objective, "space": {"lr": lr, "parallel.strategy": searched}}
+    )
+    assert spec.parallel_for({"parallel.strategy": "fsdp"}).strategy.value == "fsdp"
 
 
 def test_spec_errors_for_fsdp_are_one_line_each():

@@ -69,6 +69,27 @@ def test_api_round_trip(finished):
     assert again.trials_dataframe()["value"].equals(frame["value"])
 
 
+def test_trials_table_has_layout_throughput_and_memory_per_rank(finished):
+    from hpsearch.analysis import trials_dataframe
+
+    study, _, _ = finished
+    frame = study.trials_dataframe()
+    runs = study._runs()
+    for row in frame.itertuples():
+        metrics = runs[row.number].data.metrics
+        peaks = [v for k, v in metrics.items() if k.startswith("peak_rss_bytes_rank")]
+        assert row.param_bytes_per_rank == metrics["param_bytes_per_rank"] > 0
+        assert row.peak_rss_bytes_per_rank == max(peaks) > row.param_bytes_per_rank
+        # parameters, their gradients, Adam's two moments (and its step counters)
+        assert 0 <= row.train_state_bytes_per_rank - 4 * row.param_bytes_per_rank <= 1024
+        assert row.parallel == "ddp" and row.samples_per_s > 0
+    columns = list(frame.columns)
+    assert "cuda_max_allocated_bytes_per_rank" not in columns, "a CPU study"
+    assert columns.index("peak_rss_bytes_per_rank") < columns.index("params_lr")
+    bare = trials_dataframe(study.optuna_study())  # no runs: no run columns
+    assert not {"parallel", "samples_per_s", "param_bytes_per_rank"} & set(bare.columns)
+
+
 def test_plots_are_real_images(finished, tmp_path):
     study, _, _ = finished
     for name in (
