@@ -171,7 +171,7 @@ def search(k: int, args, client, folder: Path) -> tuple[str, list[tuple]]:  # ty
             },
             # 5 of the 6 grid points, so every layout runs at least once: after the last
             # point, Optuna's grid sampler calls study.stop(), which raises outside optimize()
-            # (the coordinator asks and tells).
+            # (the coordinator asks and tells; fixed on main since, where 6 would do).
             search={"n_trials": 5, "sampler": "grid", "pruner": "none", "seed": 0},
         ),
         run_dir=folder,
