@@ -863,3 +863,17 @@ def test_importing_the_spec_is_cheap() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_searched_layout_values_are_checked_at_load() -> None:
+    base = {"name": "s", "objective": {"model": "transformer", "dataset": "python-docs"}}
+    cases = {
+        "parallel.strategy": ({"type": "categorical", "choices": ["ddp", "fsdpp"]}, "fsdpp"),
+        "parallel.stages": ({"type": "int", "low": 0, "high": 2}, ">= 1"),
+        "parallel.stage": ({"type": "int", "low": 1, "high": 2}, "'parallel.stages'"),
+    }
+    for key, (param, expected) in cases.items():
+        with pytest.raises(SpecError) as info:
+            StudySpec.from_dict({**base, "space": {key: param}})
+        (line,) = info.value.problems
+        assert line.startswith(f"<study>: space.{key}: ") and expected in line, line

@@ -235,11 +235,43 @@ def _candidates(key: str, fixed: Any, space: Mapping[str, Any]) -> tuple[str, li
     return f"objective.{key}", [getattr(fixed, "value", fixed)]
 
 
+def _searched_layouts_valid(parallel: Any, space: Mapping[str, Any], problems: _Problems) -> bool:
+    """Every searched ``parallel.*`` key names a layout field, and each value it may take is
+    one that field allows (checked as ``objective.parallel`` itself would be)."""
+    from pydantic import ValidationError
+
+    from hpsearch.spec._messages import _message
+
+    fields = list(type(parallel).model_fields)
+    ok = True
+    for key in space:
+        if not key.startswith("parallel."):
+            continue
+        name = key.removeprefix("parallel.")
+        if name not in fields:
+            keys = [f"parallel.{f}" for f in fields]
+            problems.add(
+                f"space.{key}", f"unknown layout key{_did_you_mean(key, keys)} {_allowed(keys)}"
+            )
+            ok = False
+            continue
+        for value in _candidates(key, None, space)[1]:
+            try:
+                type(parallel).model_validate({**parallel.model_dump(), name: value})
+            except ValidationError as exc:
+                problems.add(f"space.{key}", _message(exc.errors()[0], type(parallel)))
+                ok = False
+                break
+    return ok
+
+
 def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problems) -> None:
     """The pipeline layout against the model, the trial's set size and the batch: a model
     that can be cut, stages that divide every set size, micro-batches that divide every
     pipeline's batch (also when the layout is searched)."""
     parallel = objective.parallel
+    if not _searched_layouts_valid(parallel, space, problems):
+        return
     strategy_field, strategies = _candidates("parallel.strategy", parallel.strategy, space)
     if "pipeline" not in strategies:
         return
