@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.exceptions import TrackingError
@@ -48,6 +53,77 @@ _clients: dict[str, MlflowClient] = {}
 _clients_lock = threading.Lock()
 
 
+def cache_dir() -> Path:
+    """Where hpsearch keeps what it can rebuild: ``HPSEARCH_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/hpsearch`` (``~/.cache/hpsearch``)."""
+    if os.environ.get("HPSEARCH_CACHE_DIR"):
+        return Path(os.environ["HPSEARCH_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hpsearch"
+
+
+def _empty_store_template() -> Path:
+    """An empty SQLite tracking store of this MLflow version, built once per machine.
+
+    Creating a store runs every one of MLflow's schema migrations: 2.5-3 s of CPU here,
+    paid by each new study. A copy of an empty, migrated store is the same file in a
+    millisecond. It is built in a temporary file and renamed into place, so processes
+    that start together never see half of it.
+    """
+    import mlflow
+
+    path = cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".building-", suffix=".db")
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return path
+
+
+def seed_sqlite_store(uri: str) -> None:
+    """Start a new SQLite tracking store as a copy of the empty template.
+
+    The copy's "Default" experiment (MLflow's experiment 0, which hpsearch never logs to)
+    would keep the template's artifact folder; it is pointed at ``mlruns/0`` beside the
+    store, which is what MLflow would write for a store created from that folder. That is
+    one UPDATE of MLflow's ``experiments`` table (a column stable since MLflow 1.x; MLflow
+    has no API to move an experiment's artifact location); tests/test_tracking_store.py
+    checks the result through MLflow's public client, so a schema change fails there.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    target = Path(uri.removeprefix("sqlite:///"))
+    if target.exists():
+        return
+    try:
+        template = _empty_store_template()
+    except Exception:  # no writable cache: MLflow creates the store itself, as before
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".mlflow-", suffix=".db")
+    os.close(fd)
+    try:
+        shutil.copyfile(template, tmp)
+        location = (target.parent / "mlruns" / "0").resolve()
+        with contextlib.closing(sqlite3.connect(tmp)) as con, con:
+            con.execute(
+                "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                (str(location),),
+            )
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, target)  # never replaces a store another process just made
+    finally:
+        os.unlink(tmp)
+
+
 def get_client(uri: str) -> MlflowClient:
     """One ``MlflowClient`` per process and URI (the SQLite engine is built once)."""
     with _clients_lock:
@@ -55,6 +131,7 @@ def get_client(uri: str) -> MlflowClient:
         if client is None:
             from mlflow import MlflowClient
 
+            seed_sqlite_store(uri)
             client = _clients[uri] = MlflowClient(tracking_uri=uri, registry_uri=uri)
         return client
 
