@@ -7,8 +7,7 @@ Optuna cannot prune such a study (``Trial.report`` refuses several values), so h
 each step's values as a user attribute of the trial (``hpsearch.values.<step>``, a list in the
 order of the metrics) and prunes with :class:`ParetoPruner`: asynchronous successive halving
 in which the trials at a rung are ranked by non-dominated sorting (as in MO-ASHA, Schmucker
-et al., 2021), ties within a front broken by crowding distance (as in NSGA-II), and only the
-top ``1/reduction_factor`` go on.
+et al., 2021) and only the top ``1/reduction_factor`` go on, front by front.
 
 Example:
     >>> fronts = nondominated_fronts([(1, 5), (2, 2), (3, 3), (5, 1)], ["minimize", "minimize"])
@@ -34,7 +33,6 @@ __all__ = [
     "ParetoPruner",
     "RungRanking",
     "constraint_values",
-    "crowding_distances",
     "dominates",
     "nondominated_fronts",
     "pareto_numbers",
@@ -94,37 +92,19 @@ def nondominated_fronts(points: Sequence[Sequence[float]], directions: Sequence[
     return front
 
 
-def crowding_distances(points: Sequence[Sequence[float]]) -> list[float]:
-    """NSGA-II's crowding distance of each point within one front (infinite at the ends)."""
-    n = len(points)
-    if n <= 2:
-        return [math.inf] * n
-    dist = [0.0] * n
-    for k in range(len(points[0])):
-        order = sorted(range(n), key=lambda i: points[i][k])
-        lo, hi = points[order[0]][k], points[order[-1]][k]
-        dist[order[0]] = dist[order[-1]] = math.inf
-        if hi == lo:
-            continue
-        for pos in range(1, n - 1):
-            i = order[pos]
-            dist[i] += (points[order[pos + 1]][k] - points[order[pos - 1]][k]) / (hi - lo)
-    return dist
-
-
 @dataclass(frozen=True)
 class RungRanking:
     """Where one trial stands among the trials that reported a rung's step."""
 
     front: int  # 1 for the Pareto front of the rung
     n_fronts: int
-    position: int  # 0-based place after sorting by front, then crowding distance
+    ahead: int  # trials on better fronts
     n_trials: int  # trials compared, this one included
     keep: int  # how many go on
 
     @property
     def promoted(self) -> bool:
-        return self.position < self.keep
+        return self.ahead < self.keep
 
 
 def rank_at_rung(
@@ -136,30 +116,25 @@ def rank_at_rung(
 ) -> RungRanking:
     """Rank ``points[me]`` among ``points`` (every trial's values at the rung).
 
-    The trials are sorted by front, and within a front by decreasing crowding distance (the
-    ends of a front first; then the original order); the top ``max(1, n // reduction_factor)``
-    are promoted, as in Optuna's successive halving.
+    ``max(1, n // reduction_factor)`` trials go on, as in Optuna's successive halving, taken
+    front by front; the front that straddles the cut goes on whole (its trials are not
+    worse than one another, and with few trials at a rung a tie-break would prune a trial
+    no other trial beats).
 
     Example:
         >>> pts = [(0.9, 9.0), (0.8, 5.0), (0.7, 7.0), (0.6, 1.0), (0.5, 8.0), (0.95, 20.0)]
         >>> r = rank_at_rung(pts, 2, ["maximize", "minimize"], reduction_factor=3)
-        >>> r.front, r.n_fronts, r.keep, r.promoted
-        (2, 3, 2, False)
+        >>> r.front, r.n_fronts, r.ahead, r.keep, r.promoted
+        (2, 3, 4, 2, False)
     """
     fronts = nondominated_fronts(points, directions)
-    order: list[int] = []
-    for level in range(max(fronts) + 1):
-        members = [i for i in range(len(points)) if fronts[i] == level]
-        crowd = crowding_distances([points[i] for i in members])
-        ranked = sorted(range(len(members)), key=lambda k: (-crowd[k], k))
-        order.extend(members[k] for k in ranked)
-    keep = max(1, len(points) // int(reduction_factor))
+    mine = fronts[me]
     return RungRanking(
-        front=fronts[me] + 1,
+        front=mine + 1,
         n_fronts=max(fronts) + 1,
-        position=order.index(me),
+        ahead=sum(f < mine for f in fronts),
         n_trials=len(points),
-        keep=keep,
+        keep=max(1, len(points) // int(reduction_factor)),
     )
 
 
@@ -184,8 +159,8 @@ class ParetoPruner:
     Rungs are at steps ``min_resource * reduction_factor ** k`` (below ``max_resource``: a
     trial at its last step has nothing left to save). At a rung, the trial's values are
     compared with those every other trial of the study reported at the same step (complete,
-    pruned or running, as in ASHA); it goes on if it is among the top
-    ``max(1, n // reduction_factor)`` by :func:`rank_at_rung`.
+    pruned or running, as in ASHA); it goes on if fewer than ``max(1, n // reduction_factor)``
+    trials are on better fronts (see :func:`rank_at_rung`).
 
     Args:
         directions: The study's directions (``"maximize"`` / ``"minimize"``), one per metric.
@@ -261,18 +236,19 @@ class ParetoPruner:
 
         Example:
             >>> p = ParetoPruner(["maximize", "minimize"], metrics=["val_accuracy", "params"])
-            >>> print(p.explain(3, [0.81, 12000.0], RungRanking(2, 3, 4, 9, 3)))
+            >>> print(p.explain(3, [0.81, 12000.0], RungRanking(3, 3, 5, 9, 3)))
             ... # doctest: +NORMALIZE_WHITESPACE
-            pareto pruner at step 3 (rung 1): val_accuracy 0.81, params 1.2e+04 is on front 2
-            of 3 among 9 trials at that step, ranked 5th; only the top 1/3 (3 trials) go on
+            pareto pruner at step 3 (rung 1): val_accuracy 0.81, params 1.2e+04 is on front 3
+            of 3 among 9 trials at that step, behind 5 trials on better fronts; only the top
+            1/3 (3 trials) go on
         """
         shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, values, strict=False))
-        place = ranking.position + 1
         return (
             f"pareto pruner at step {step} (rung {self.rung_of(step)}): {shown} is on front "
             f"{ranking.front} of {ranking.n_fronts} among {ranking.n_trials} trials at that "
-            f"step, ranked {_ordinal(place)}; only the top 1/{self.reduction_factor} "
-            f"({ranking.keep} trial{'s' if ranking.keep != 1 else ''}) go on"
+            f"step, behind {ranking.ahead} trial{'s' if ranking.ahead != 1 else ''} on better "
+            f"fronts; only the top 1/{self.reduction_factor} ({ranking.keep} "
+            f"trial{'s' if ranking.keep != 1 else ''}) go on"
         )
 
     # Optuna calls this through study.pruner; a multi-objective trial asks should_prune above.
@@ -282,11 +258,6 @@ class ParetoPruner:
             return False
         step = max(by_step)
         return self.should_prune(study, trial.number, step, by_step[step])[0]
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def build_pareto_pruner(spec: StudySpec) -> Any:

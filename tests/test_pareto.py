@@ -38,16 +38,18 @@ def test_fronts_by_hand():
 
 
 def test_rank_at_rung_by_hand():
-    # Six trials, keep 6 // 3 = 2. ME is on the second front behind four: 5th, pruned.
+    # Six trials, keep 6 // 3 = 2. ME is on the second front, behind four trials: pruned.
     r = rank_at_rung([A, B, C, D, E, ME], 5, MAX_MIN, reduction_factor=3)
-    assert (r.front, r.n_fronts, r.position, r.n_trials, r.keep) == (2, 3, 4, 6, 2)
+    assert (r.front, r.n_fronts, r.ahead, r.n_trials, r.keep) == (2, 3, 4, 6, 2)
     assert not r.promoted
-    # B is on the Pareto front, but the front has four trials and only two go on: its ends
-    # (C and E, infinite crowding distance) first, then B (1.28) before A (1.22).
+    # B is on the Pareto front: the front straddles the cut and goes on whole.
     r = rank_at_rung([A, C, D, E, ME, B], 5, MAX_MIN, reduction_factor=3)
-    assert (r.front, r.position, r.promoted) == (1, 2, False)
-    # C, an end of the front, goes on.
-    assert rank_at_rung([A, B, D, E, ME, C], 5, MAX_MIN, reduction_factor=3).promoted
+    assert (r.front, r.ahead, r.promoted) == (1, 0, True)
+    # With reduction factor 2 (keep 3), D is behind five trials on two better fronts.
+    r = rank_at_rung([A, B, C, E, ME, D], 5, MAX_MIN, reduction_factor=2)
+    assert (r.front, r.ahead, r.keep, r.promoted) == (3, 5, 3, False)
+    # Alone at a rung, a trial goes on.
+    assert rank_at_rung([ME], 0, MAX_MIN, reduction_factor=3).promoted
 
 
 def _study_with(points_at_step: list[tuple[float, float]], step: int) -> optuna.Study:
@@ -74,9 +76,11 @@ def test_pruner_decides_and_explains_on_fixed_values():
     assert prune
     assert reason == (
         "pareto pruner at step 3 (rung 1): val_accuracy 0.7, params 7 is on front 2 of 3 "
-        "among 6 trials at that step, ranked 5th; only the top 1/3 (2 trials) go on"
+        "among 6 trials at that step, behind 4 trials on better fronts; only the top 1/3 "
+        "(2 trials) go on"
     )
     assert pruner.should_prune(study, 99, 3, (0.99, 0.5)) == (False, None)  # dominates all
+    assert pruner.should_prune(study, 99, 3, (0.7, 4.0)) == (False, None)  # on the front
     assert pruner.should_prune(study, 99, 2, ME) == (False, None)  # step 2 is no rung
     assert ParetoPruner(MAX_MIN, max_resource=3).should_prune(study, 99, 3, ME)[0] is False
 

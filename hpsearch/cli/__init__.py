@@ -159,6 +159,8 @@ def _summary(console: Any, result: Any) -> None:
             f"[bold]Pareto front[/]: {len(result.front)} trials ({numbers}); "
             "hpsearch best shows them"
         )
+    elif result.best is None and p.complete and p.front:
+        console.print("[yellow]no complete trial meets the constraints[/]")
     elif result.best is None:
         console.print("[yellow]no trial completed[/]")
     else:
