@@ -428,7 +428,8 @@ class SearchSpec(_Spec):
     pruner: Annotated[PrunerSpec, BeforeValidator(_name_and_options)] = Field(
         default_factory=lambda: PrunerSpec(name="median"),
         description=(
-            "none | median | percentile | successive_halving | hyperband, "
+            "none | median | percentile | successive_halving | hyperband | pareto (several "
+            "objectives: ranks each rung by Pareto fronts; their default), "
             "or {name: ..., <options>}. Default median."
         ),
     )
