@@ -179,6 +179,13 @@ class Study:
         """The trials by their first two objectives, the Pareto front in its own colour."""
         from hpsearch.analysis import plot_pareto_front
 
+        if not self.spec.is_multi_objective:
+            from hpsearch.exceptions import SpecError
+
+            raise SpecError(
+                f"{self.spec.name}: the study has one objective ({self.spec.metric}); a Pareto "
+                "front needs objective.metrics"
+            )
         return plot_pareto_front(self.optuna_study(), metrics=self.spec.metrics)
 
     def plot_history(self) -> Any:

@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from hpsearch import Study
+from hpsearch.cli import app
 from hpsearch.exceptions import SpecError
 from hpsearch.pareto import (
     VALUES_ATTR,
@@ -124,6 +125,18 @@ def test_bad_objectives_are_one_line(objective, expected):
     assert str(info.value).startswith(expected)
 
 
+def test_bad_pareto_pruner_option_is_one_line():
+    data = {
+        **_spec(metrics=["val_accuracy", "params"]),
+        "search": {"pruner": {"name": "pareto", "reduction_factor": 1}},
+    }
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(data, source="studies/x.yaml")
+    assert str(info.value) == (
+        "studies/x.yaml: search.pruner.reduction_factor: expected an integer >= 2, got 1"
+    )
+
+
 def test_multi_objective_spec_and_single_objective_hash():
     spec = StudySpec.from_dict(
         _spec(metrics=["val_accuracy", "params"], constraints={"params": {"max": 2e5}})
@@ -194,7 +207,7 @@ def test_known_front_in_optuna_api_cli_and_mlflow(run_dir, dask_client):
     assert {t.number for t in api} == front
     assert all(set(t.values) == {"cost", "error"} for t in api)
     out = CliRunner().invoke(
-        __import__("hpsearch.cli", fromlist=["app"]).app,
+        app,
         ["best", str(run_dir / "front"), "--json"],
     )
     assert out.exit_code == 0, out.output
@@ -203,9 +216,7 @@ def test_known_front_in_optuna_api_cli_and_mlflow(run_dir, dask_client):
     by_number = {t.number: t for t in trials}
     for item in listed:
         assert [item["values"]["cost"], item["values"]["error"]] == by_number[item["number"]].values
-    table = CliRunner().invoke(
-        __import__("hpsearch.cli", fromlist=["app"]).app, ["best", str(run_dir / "front")]
-    )
+    table = CliRunner().invoke(app, ["best", str(run_dir / "front")])
     assert table.exit_code == 0 and "Pareto front, 4 trials" in table.output
     # MLflow: every objective per epoch, the pareto tag on each trial, the front on the study.
     client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "front")

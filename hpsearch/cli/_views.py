@@ -126,6 +126,9 @@ def _status_view(study: Any) -> Any:
         f"[cyan]{counts.get('RUNNING', 0)} running[/] · best "
         + (f"[bold]{best.value:.6g}[/] (#{best.number})" if best else "-")
     )
+    if study.spec.is_multi_objective:
+        front = [f"#{t.number}" for t in study.pareto_front()]
+        head = head.removesuffix("best -") + f"Pareto front {len(front)} ({', '.join(front)})"
     table = Table(title="running trials", show_header=True)
     for col in ("trial", "worker", "devices", "epoch", "params"):
         table.add_column(col)

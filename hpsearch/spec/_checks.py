@@ -394,8 +394,15 @@ def _check_objectives(raw: Any, strategies: Mapping[str, Any], problems: _Proble
             "tpe, gp, random, qmc or grid",
         )
     if pruner is not None and pruner.name == "pareto":
-        for option in pruner.options:
-            if option not in PARETO_PRUNER_OPTIONS:
+        for option, value in pruner.options.items():
+            least = 2 if option == "reduction_factor" else 0 if option == "n_startup_trials" else 1
+            if option in PARETO_PRUNER_OPTIONS and (
+                isinstance(value, bool) or not isinstance(value, int) or value < least
+            ):
+                problems.add(
+                    f"search.pruner.{option}", f"expected an integer >= {least}, got {_show(value)}"
+                )
+            elif option not in PARETO_PRUNER_OPTIONS:
                 problems.add(
                     f"search.pruner.{option}",
                     f"unknown option for the pareto pruner"
