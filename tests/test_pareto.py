@@ -283,3 +283,16 @@ def test_pruning_by_fronts_end_to_end(run_dir, dask_client):
         assert f"among {ranking.n_trials} trials at that step" in reason
         assert tags[t.number]["hpsearch.prune_reason"] == reason
         assert int(tags[t.number]["hpsearch.prune_step"]) == step
+
+
+def test_objective_values_say_what_a_multi_objective_study_needs():
+    from hpsearch.exceptions import TrialDiverged
+    from hpsearch.pareto import constraint_values, objective_values
+
+    spec = StudySpec.from_dict(_two_objective_spec("v", pruner="pareto"))
+    assert objective_values((0.5, 2), spec) == [0.5, 2.0]
+    with pytest.raises(TypeError, match=r"optimizes 2 metrics \(cost, error\): return a tuple"):
+        objective_values(0.5, spec)
+    with pytest.raises(TrialDiverged, match="error = nan"):
+        objective_values((0.5, float("nan")), spec)
+    assert constraint_values(spec.constraints, {"cost": 1.0}) == {"cost.max": pytest.approx(0.2)}
