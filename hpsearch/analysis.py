@@ -8,6 +8,7 @@ needs the cluster. The plots are matplotlib figures (PNG in a report, inline in 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,15 +100,24 @@ def _run_columns(run: Any) -> dict[str, Any]:
     return out
 
 
-def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None) -> pd.DataFrame:
+def trials_dataframe(
+    study: optuna.Study, *, runs: dict[int, Any] | None = None, metrics: Sequence[str] = ()
+) -> pd.DataFrame:
     """One row per trial: number, state, value, duration_s, worker, devices, run_id, reason;
     from the trial's run where it has them: its layout (``parallel``), ``samples_per_s`` and
     per-rank memory (:data:`MEMORY_COLUMNS`, in bytes, the largest rank's: a trial of a
-    built-in model logs them); then one column per parameter (``params_<name>``)."""
+    built-in model logs them); then one column per parameter (``params_<name>``).
+
+    With several objectives ``value`` is empty; each objective has its own column (named by
+    ``metrics``, else ``value_0``, ``value_1``...) and ``pareto`` says whether the trial is on
+    the Pareto front."""
     import pandas as pd
 
     runs = runs or {}
     rows = []
+    multi = len(study.directions) > 1
+    names = list(metrics) if metrics else [f"value_{i}" for i in range(len(study.directions))]
+    front = {t.number for t in study.best_trials} if multi else set()
     for t in study.get_trials(deepcopy=False):
         run = runs.get(t.number)
         tags = run.data.tags if run is not None else {}
@@ -119,7 +129,7 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
         row: dict[str, Any] = {
             "number": t.number,
             "state": t.state.name,
-            "value": t.value,
+            "value": None if multi else t.value,
             "last_step": max(t.intermediate_values, default=None),
             "duration_s": duration,
             "worker": t.user_attrs.get(tag.WORKER) or tags.get(tag.WORKER),
@@ -127,6 +137,10 @@ def trials_dataframe(study: optuna.Study, *, runs: dict[int, Any] | None = None)
             "run_id": run.info.run_id if run is not None else None,
             "reason": t.user_attrs.get(tag.FAIL_REASON) or t.user_attrs.get(tag.PRUNE_REASON),
         }
+        if multi:
+            values = t.values or [None] * len(names)
+            row.update(dict(zip(names, values, strict=False)))
+            row["pareto"] = t.number in front
         row.update(_run_columns(run))
         row.update({f"params_{k}": v for k, v in t.params.items()})
         rows.append(row)
@@ -276,10 +290,20 @@ PLOTTERS = {
 }
 
 
-def write_report(study: optuna.Study, folder: Path, *, metric: str) -> list[Path]:
-    """Write every plot as ``folder/NAME.png`` and the interactive ``folder/report.html``."""
+def write_report(
+    study: optuna.Study, folder: Path, *, metric: str, metrics: Sequence[str] = ()
+) -> list[Path]:
+    """Write every plot as ``folder/NAME.png`` and the interactive ``folder/report.html``
+    (with several objectives: the Pareto front, ``pareto_front.png``, and Optuna's view)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
+    if len(study.directions) > 1:
+        names = list(metrics) or [f"value_{i}" for i in range(len(study.directions))]
+        path = folder / "pareto_front.png"
+        plot_pareto_front(study, metrics=names).savefig(path, dpi=110)
+        html = folder / "report.html"
+        html.write_text(_pareto_html(study, names), encoding="utf-8")
+        return [path, html]
     for name, plot in PLOTTERS.items():
         path = folder / f"{name}.png"
         plot(study, metric=metric).savefig(path, dpi=110)
@@ -288,6 +312,23 @@ def write_report(study: optuna.Study, folder: Path, *, metric: str) -> list[Path
     html.write_text(_interactive_html(study, metric=metric), encoding="utf-8")
     written.append(html)
     return written
+
+
+def _pareto_html(study: optuna.Study, metrics: Sequence[str]) -> str:
+    """Optuna's interactive Pareto-front view, on one page."""
+    import optuna.visualization as vis
+    import plotly.io as pio
+
+    try:
+        body = pio.to_html(
+            vis.plot_pareto_front(study, target_names=list(metrics)), full_html=False
+        )
+    except Exception as exc:  # too few trials
+        body = f"<p>{type(exc).__name__}: {exc}</p>"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{study.study_name}</title>"
+        f"</head><body><h1>{study.study_name}: Pareto front</h1>{body}</body></html>"
+    )
 
 
 def _interactive_html(study: optuna.Study, *, metric: str) -> str:
@@ -323,3 +364,87 @@ def _interactive_html(study: optuna.Study, *, metric: str) -> str:
         + "\n".join(parts)
         + "</body></html>"
     )
+
+
+@dataclass(frozen=True)
+class ParetoTrial:
+    """A trial on the Pareto front of a multi-objective study."""
+
+    number: int
+    values: dict[str, float]  # by metric, in the spec's order
+    params: dict[str, Any]
+    run_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pareto_front(
+    study: optuna.Study, *, metrics: Sequence[str], runs: dict[int, Any] | None = None
+) -> list[ParetoTrial]:
+    """The study's Pareto front (Optuna's ``best_trials``: feasible, non-dominated), by the
+    first metric, best first."""
+    runs = runs or {}
+    front = sorted(
+        study.best_trials,
+        key=lambda t: -t.values[0] if study.directions[0].name == "MAXIMIZE" else t.values[0],
+    )
+    out = []
+    for t in front:
+        run = runs.get(t.number)
+        out.append(
+            ParetoTrial(
+                t.number,
+                {m: float(v) for m, v in zip(metrics, t.values, strict=False)},
+                dict(t.params),
+                run.info.run_id if run is not None else None,
+            )
+        )
+    return out
+
+
+def plot_pareto_front(study: optuna.Study, *, metrics: Sequence[str]) -> Figure:
+    """The complete trials by their first two objectives: the Pareto front in one colour
+    (joined in order), dominated trials in another, infeasible ones (constraints) crossed."""
+    fig, ax = _figure(f"Pareto front: {metrics[0]} against {metrics[1]}")
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and t.values is not None
+    ]
+    front = {t.number for t in study.best_trials}
+    feasible = [t for t in done if all(v <= 0.0 for v in t.constraints.values())]
+    infeasible = [t for t in done if t not in feasible]
+    dominated = [t for t in feasible if t.number not in front]
+    on_front = sorted((t for t in feasible if t.number in front), key=lambda t: t.values[0])
+    if dominated:
+        ax.scatter(
+            [t.values[0] for t in dominated],
+            [t.values[1] for t in dominated],
+            s=22,
+            color="#9e9e9e",
+            label="dominated",
+        )
+    if infeasible:
+        ax.scatter(
+            [t.values[0] for t in infeasible],
+            [t.values[1] for t in infeasible],
+            s=26,
+            marker="x",
+            color=STATE_COLORS["FAIL"],
+            label="infeasible (constraints)",
+        )
+    if on_front:
+        xs, ys = [t.values[0] for t in on_front], [t.values[1] for t in on_front]
+        ax.plot(xs, ys, color="#2ca02c", linewidth=1.0, alpha=0.6)
+        ax.scatter(xs, ys, s=34, color="#2ca02c", label="Pareto front", zorder=3)
+        for t in on_front:
+            ax.annotate(f"#{t.number}", (t.values[0], t.values[1]), fontsize=7, alpha=0.8)
+    if not done:
+        ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
+    directions = [d.name.lower() for d in study.directions]
+    ax.set_xlabel(f"{metrics[0]} ({directions[0]})")
+    ax.set_ylabel(f"{metrics[1]} ({directions[1]})")
+    if done:
+        ax.legend(loc="best")
+    return fig

@@ -26,6 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.pareto import told_values
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
@@ -56,6 +57,9 @@ class Progress:
     running: int = 0
     best_value: float | None = None
     best_number: int | None = None
+    #: Several objectives: the complete trials no other complete trial dominates (number ->
+    #: values), constraints aside; empty for one objective.
+    front: dict[int, list[float]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     tracked: float | None = None  # when every worker's MLflow writes had landed
@@ -170,9 +174,19 @@ class Coordinator:
         p.failed = sum(t.state == TrialState.FAIL for t in trials)
         p.running = len(self.in_flight)
         for t in trials:
-            if t.state == TrialState.COMPLETE and t.value is not None:
-                self._note_value(t.number, t.value)
+            if t.state == TrialState.COMPLETE and t.values is not None:
+                self._note_values(t.number, t.values)
         return trials
+
+    def _note_values(self, number: int, values: list[float]) -> None:
+        """The best so far: the best value, or with several objectives the front."""
+        if len(values) == 1:
+            self._note_value(number, values[0])
+            return
+        from hpsearch.pareto import note_front
+
+        directions = [d.name.lower() for d in self.study.directions]
+        note_front(self.progress.front, number, values, directions)
 
     def _note_value(self, number: int, value: float) -> None:
         p = self.progress
@@ -198,7 +212,9 @@ class Coordinator:
             self._durations.append(outcome.duration_s)
         if outcome.state == "COMPLETE":
             p.complete += 1
-            if outcome.value is not None:
+            if outcome.values is not None:
+                self._note_values(outcome.trial_number, outcome.values)
+            elif outcome.value is not None:
                 self._note_value(outcome.trial_number, outcome.value)
         elif outcome.state == "PRUNED":
             p.pruned += 1
@@ -272,7 +288,7 @@ class Coordinator:
             },
         )
         if outcome.state == "COMPLETE":
-            self._tell_study(info.number, values=outcome.value)
+            self._tell_study(info.number, values=told_values(outcome))
         else:
             state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
             self._tell_study(info.number, state=state)
@@ -448,7 +464,10 @@ class Coordinator:
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The best complete trial, or ``None`` when no trial completed."""
+    """The best complete trial, or ``None`` when no trial completed (or the study has
+    several objectives: its best trials are its Pareto front, ``study.best_trials``)."""
+    if len(study.directions) > 1:
+        return None
     done = [
         (t.value, t)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 def describe(p: Progress) -> str:
     """One line of counts: ``3 complete · 1 pruned · 0 failed · 2 running · best 0.9611 (#4)``."""
     best = f"best {p.best_value:.4g} (#{p.best_number})" if p.best_value is not None else "best -"
+    if p.front:  # several objectives: the Pareto front so far
+        numbers = sorted(p.front)
+        shown = ", ".join(f"#{n}" for n in numbers[:6]) + (" ..." if len(numbers) > 6 else "")
+        best = f"front {len(numbers)} ({shown})"
     return (
         f"[green]{p.complete} complete[/] · [yellow]{p.pruned} pruned[/] · "
         f"[red]{p.failed} failed[/] · [cyan]{p.running} running[/] · [bold]{best}[/]"

@@ -47,6 +47,8 @@ def build_pruner(spec: StudySpec) -> BasePruner:
     * ``hyperband``: ``min_resource=1, max_resource=objective.epochs, reduction_factor=3``:
       the resource is the epoch, and the maximum is known, so Optuna need not guess it.
     * ``successive_halving`` and ``none``: Optuna's defaults.
+    * ``pareto`` (several objectives): :class:`hpsearch.pareto.ParetoPruner` with
+      ``max_resource=objective.epochs``.
 
     Args:
         spec: The validated study spec.
@@ -57,6 +59,11 @@ def build_pruner(spec: StudySpec) -> BasePruner:
     import optuna
 
     name = spec.search.pruner.name
+    if name == "pareto":  # several objectives: ranked by Pareto fronts (hpsearch.pareto)
+        from hpsearch.pareto import build_pareto_pruner
+
+        pruner_: BasePruner = build_pareto_pruner(spec)
+        return pruner_
     defaults: dict[str, Any] = {}
     if name == "median":
         defaults = {"n_startup_trials": 2, "n_warmup_steps": 1}

@@ -14,7 +14,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,8 @@ class StudyResult:
     mlflow_uri: str
     experiment: str
     parent_run_id: str
+    #: Several objectives: the Pareto-front trials (Optuna's ``best_trials``); else empty.
+    front: list[optuna.trial.FrozenTrial] = field(default_factory=list)
 
 
 class Study:
@@ -104,6 +106,10 @@ class Study:
             },
             metrics={f"best_{self.spec.metric}": best.value} if best else {},
         )
+        if self.spec.is_multi_objective:
+            from hpsearch.pareto import mark_pareto_runs
+
+            mark_pareto_runs(tracker, study, self.spec.metrics)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], *, client: Client | None = None) -> Study:
@@ -153,7 +159,34 @@ class Study:
         MLflow run id, the reason it was pruned or failed, and ``params_*`` columns."""
         from hpsearch.analysis import trials_dataframe
 
-        return trials_dataframe(self.optuna_study(), runs=self._runs())
+        return trials_dataframe(
+            self.optuna_study(),
+            runs=self._runs(),
+            metrics=self.spec.metrics if self.spec.is_multi_objective else (),
+        )
+
+    def pareto_front(self) -> list[Any]:
+        """Several objectives: the Pareto-front trials (Optuna's ``best_trials``), best first
+        by the first metric; each with ``number``, ``values`` (by metric), ``params`` and
+        ``run_id``. Empty for a single-objective study."""
+        from hpsearch.analysis import pareto_front
+
+        if not self.spec.is_multi_objective:
+            return []
+        return pareto_front(self.optuna_study(), metrics=self.spec.metrics, runs=self._runs())
+
+    def plot_pareto_front(self) -> Any:
+        """The trials by their first two objectives, the Pareto front in its own colour."""
+        from hpsearch.analysis import plot_pareto_front
+
+        if not self.spec.is_multi_objective:
+            from hpsearch.exceptions import SpecError
+
+            raise SpecError(
+                f"{self.spec.name}: the study has one objective ({self.spec.metric}); a Pareto "
+                "front needs objective.metrics"
+            )
+        return plot_pareto_front(self.optuna_study(), metrics=self.spec.metrics)
 
     def plot_history(self) -> Any:
         """The optimization history (a matplotlib figure; shown inline in Jupyter)."""
@@ -186,7 +219,10 @@ class Study:
         from hpsearch.tracking import get_client
 
         files = write_report(
-            self.optuna_study(), self.layout.study_dir / "report", metric=self.spec.metric
+            self.optuna_study(),
+            self.layout.study_dir / "report",
+            metric=self.spec.metric,
+            metrics=self.spec.metrics,
         )
         client = get_client(self.mlflow_uri)
         exp = client.get_experiment_by_name(self.experiment)
@@ -281,6 +317,7 @@ class Study:
         from hpsearch.cluster import capacity, check_workers
         from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator, best_trial
+        from hpsearch.pareto import study_directions
         from hpsearch.pruning import build_pruner
         from hpsearch.sampling import build_sampler
         from hpsearch.storage import StorageProxy, open_storage
@@ -327,7 +364,7 @@ class Study:
                     load_if_exists=True,
                     sampler=build_sampler(spec),
                     pruner=build_pruner(spec),
-                    direction=spec.direction.value,
+                    **study_directions(spec),
                 )
                 study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
                 tracker = StudyTracker(
@@ -414,4 +451,5 @@ class Study:
             self.mlflow_uri,
             self.experiment,
             target.parent_run_id,
+            list(study.best_trials) if study is not None and spec.is_multi_objective else [],
         )

@@ -51,6 +51,8 @@ class TrialOutcome:
     trial_number: int
     state: str  # COMPLETE | PRUNED | FAIL
     value: float | None = None
+    #: A multi-objective trial's values, one per metric (``value`` is then None).
+    values: list[float] | None = None
     reason: str | None = None
     error_type: str | None = None
     worker: str = ""

@@ -466,7 +466,7 @@ def test_content_errors_name_the_file_as_given(
             "search.pruner",
             [
                 "unknown pruner 'hyperbnd'; did you mean 'hyperband'? (allowed: none, median, "
-                "percentile, successive_halving, hyperband)"
+                "percentile, successive_halving, hyperband, pareto)"
             ],
         ),
         (

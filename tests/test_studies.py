@@ -29,6 +29,7 @@ def test_there_is_a_study_per_family():
         "text-lstm.yaml",
         "digits-gan.yaml",
         "text-transformer.yaml",
+        "digits-pareto.yaml",
     } <= names
 
 
@@ -51,11 +52,14 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials), [
         (t.state, t.user_attrs.get("hpsearch.fail_reason")) for t in trials
     ]
-    assert result.best is not None and math.isfinite(result.best.value)
     client, runs = mlflow_runs(result.mlflow_uri, study.spec.name)
     parent = next(r for r in runs if r.data.tags.get("hpsearch.role") == "study")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    if study.spec.is_multi_objective:
+        _check_multi_objective(study, result, trials, client, children)
+        return
+    assert result.best is not None and math.isfinite(result.best.value)
     metric = study.spec.metric
     by_number = {t.number: t for t in trials}
     for run in children:
@@ -72,3 +76,26 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
             assert "samples.png" in {a.path for a in client.list_artifacts(run.info.run_id)}
         best = {a.path for a in client.list_artifacts(parent.info.run_id, "best_trial")}
         assert "best_trial/samples.png" in best
+
+
+def _check_multi_objective(study, result, trials, client, children):
+    """Every objective and every cost per epoch in each trial's run; the front as Optuna's."""
+    from hpsearch.pareto import step_values
+
+    assert {t.number for t in result.front} == {t.number for t in study.optuna_study().best_trials}
+    by_number = {t.number: t for t in trials}
+    for run in children:
+        trial = by_number[int(run.data.tags["hpsearch.trial_number"])]
+        reported = sorted(step_values(trial))
+        assert reported[0] == 1 and (trial.state != TrialState.COMPLETE or reported == [1, 2])
+        for metric in {*study.spec.metrics, "params", "train_seconds", "latency_ms"}:
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+            assert steps == reported, (metric, steps)
+        assert run.data.metrics["params"] > 0 and run.data.metrics["latency_ms"] > 0
+        assert (
+            run.data.tags["hpsearch.pareto"]
+            == str(trial.number in {t.number for t in result.front}).lower()
+        )
+        if trial.state == TrialState.COMPLETE:
+            assert trial.values[1] == run.data.metrics["params"]
+            assert set(trial.constraints) == {"params.max"}

@@ -19,6 +19,7 @@ import typer
 from hpsearch.cli._common import _console, _quiet_logs, _redact, _sigterm_as_interrupt, _user_error
 from hpsearch.cli._views import best, report, status, ui
 from hpsearch.cli._worker import worker
+from hpsearch.pareto import describe_goal
 
 app = typer.Typer(
     add_completion=False,
@@ -51,7 +52,7 @@ def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
     typer.echo(
         f"{file}: ok — study '{spec.name}': {spec.objective.model} on "
         f"{describe_dataset(spec.objective.dataset)}, "
-        f"{spec.search.n_trials} trials, {spec.direction.value} {spec.metric}, "
+        f"{spec.search.n_trials} trials, {describe_goal(spec)}, "
         f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, "
         f"searching {searched}"
     )
@@ -126,8 +127,7 @@ def run(
     except HpsearchError as exc:
         raise _user_error(exc) from None
     console.print(
-        f"[bold]study[/] {spec.name}  "
-        f"({spec.search.n_trials} trials, {spec.direction.value} {spec.metric})"
+        f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {describe_goal(spec)})"
     )
     console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
     console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
@@ -153,7 +153,15 @@ def _summary(console: Any, result: Any) -> None:
         f"[bold]{p.ended}[/] trials ended: "
         f"{p.complete} complete, {p.pruned} pruned, {p.failed} failed"
     )
-    if result.best is None:
+    if result.front:
+        numbers = ", ".join(f"#{t.number}" for t in sorted(result.front, key=lambda t: t.number))
+        console.print(
+            f"[bold]Pareto front[/]: {len(result.front)} trials ({numbers}); "
+            "hpsearch best shows them"
+        )
+    elif result.best is None and p.complete and p.front:
+        console.print("[yellow]no complete trial meets the constraints[/]")
+    elif result.best is None:
         console.print("[yellow]no trial completed[/]")
     else:
         table = Table(title=f"best trial #{result.best.number}", show_header=True)

@@ -47,11 +47,15 @@ def best(
     run_dir: Path = _RUN_DIR,
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
-    """The best trial: number, value, parameters and MLflow run id."""
+    """The best trial: number, value, parameters and MLflow run id (with several
+    objectives: the Pareto front, one row per trial)."""
     import json
 
     _quiet_logs()
     study = _open_study(target, run_dir)
+    if study.spec.is_multi_objective:
+        _print_front(study, as_json=as_json)
+        return
     trial = study.best_trial
     if as_json:
         typer.echo(json.dumps(trial.to_dict() if trial is not None else None))
@@ -72,6 +76,40 @@ def best(
     console.print(f"[bold]mlflow run[/] {trial.run_id or '-'}")
 
 
+def _print_front(study: Any, *, as_json: bool) -> None:
+    """The Pareto front of a multi-objective study as a table (or JSON: a list of trials)."""
+    import json
+
+    front = study.pareto_front()
+    if as_json:
+        typer.echo(json.dumps([t.to_dict() for t in front]))
+        return
+    console = _console()
+    if not front:
+        console.print("[yellow]no trial completed yet (or none meets the constraints)[/]")
+        raise typer.Exit(1)
+    from rich.table import Table
+
+    spec = study.spec
+    table = Table(title=f"{spec.name}: Pareto front, {len(front)} trials")
+    table.add_column("trial", justify="right")
+    for metric, direction in zip(spec.metrics, spec.directions, strict=True):
+        table.add_column(f"{metric} ({direction.value})", justify="right", style="bold")
+    names = sorted({k for t in front for k in t.params})
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("mlflow run")
+    for t in front:
+        params = [t.params.get(k) for k in names]
+        table.add_row(
+            f"#{t.number}",
+            *(f"{t.values[m]:.6g}" for m in spec.metrics),
+            *(f"{v:.4g}" if isinstance(v, float) else str(v) for v in params),
+            t.run_id or "-",
+        )
+    console.print(table)
+
+
 def _status_view(study: Any) -> Any:
     from rich.console import Group
     from rich.table import Table
@@ -88,6 +126,9 @@ def _status_view(study: Any) -> Any:
         f"[cyan]{counts.get('RUNNING', 0)} running[/] · best "
         + (f"[bold]{best.value:.6g}[/] (#{best.number})" if best else "-")
     )
+    if study.spec.is_multi_objective:
+        front = [f"#{t.number}" for t in study.pareto_front()]
+        head = head.removesuffix("best -") + f"Pareto front {len(front)} ({', '.join(front)})"
     table = Table(title="running trials", show_header=True)
     for col in ("trial", "worker", "devices", "epoch", "params"):
         table.add_column(col)

@@ -51,7 +51,11 @@ FAMILY_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 #: The per-epoch metrics of each (family, task); the objective's metric must be one of them.
-_TIMING = ("samples_per_s", "epoch_s")
+#: What a built-in trial costs, reported every epoch so that a cost can be an objective:
+#: parameter count, seconds spent training so far, training throughput, and inference time
+#: per sample on the trial's device (milliseconds, batched evaluation).
+COST_METRICS = ("params", "train_seconds", "samples_per_s", "latency_ms")
+_TIMING = (*COST_METRICS, "epoch_s")
 METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("val_accuracy", "val_loss", "train_loss", *_TIMING),
     "language_model": ("val_perplexity", "val_loss", "val_accuracy", "train_loss", *_TIMING),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,7 @@ def _check_dataset_for(raw: Mapping[str, Any], source: Path | None, problems: _P
         problems.add("objective.dataset", why)
         return
     reported = _catalog.metrics_of(model, info.task)
+    _check_objective_metrics(raw, reported, problems)
     if isinstance(metric, str) and metric not in reported:
         problems.add(
             "objective.metric",
@@ -334,3 +335,103 @@ def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problem
                             f"({batch_field} {total} over {pipes} pipeline(s) of {s} stages "
                             f"on {size} devices)",
                         )
+
+
+#: Options of the ``pareto`` pruner (see :class:`hpsearch.pareto.ParetoPruner`).
+PARETO_PRUNER_OPTIONS: tuple[str, ...] = (
+    "min_resource",
+    "reduction_factor",
+    "max_resource",
+    "n_startup_trials",
+)
+#: Pruners a study with several objectives may use.
+MULTI_OBJECTIVE_PRUNERS: tuple[str, ...] = ("pareto", "none")
+#: Samplers that cannot sample for several objectives.
+_SINGLE_OBJECTIVE_SAMPLERS: tuple[str, ...] = ("cmaes",)
+
+
+def _check_objectives(raw: Any, strategies: Mapping[str, Any], problems: _Problems) -> None:
+    """One form of objective (metric/direction or metrics/directions), lengths that match,
+    and a sampler and pruner that fit the number of objectives."""
+    if not isinstance(raw, Mapping):
+        return
+    metrics, directions = raw.get("metrics"), raw.get("directions")
+    multi = metrics is not None
+    if multi and (raw.get("metric") is not None or raw.get("direction") is not None):
+        problems.add(
+            "objective.metrics",
+            "give either metric and direction (one objective) or metrics and directions "
+            "(several), not both",
+        )
+    if directions is not None and not multi:
+        problems.add("objective.directions", "needs objective.metrics (one direction each)")
+    if (
+        isinstance(metrics, list)
+        and isinstance(directions, list)
+        and len(metrics) >= 2
+        and len(metrics) != len(directions)
+    ):
+        problems.add(
+            "objective.directions",
+            f"{len(directions)} direction{'s' if len(directions) != 1 else ''} for "
+            f"{len(metrics)} metrics; give one per metric, in the same order",
+        )
+    pruner, sampler = strategies.get("pruner"), strategies.get("sampler")
+    if multi and pruner is not None and pruner.name not in MULTI_OBJECTIVE_PRUNERS:
+        problems.add(
+            "search.pruner",
+            f"the {pruner.name} pruner ranks one value; a study with several objectives "
+            f"prunes with 'pareto' (by Pareto fronts) or 'none'",
+        )
+    if not multi and pruner is not None and pruner.name == "pareto":
+        problems.add(
+            "search.pruner", "the pareto pruner needs several objectives (objective.metrics)"
+        )
+    if multi and sampler is not None and sampler.name in _SINGLE_OBJECTIVE_SAMPLERS:
+        problems.add(
+            "search.sampler",
+            f"the {sampler.name} sampler optimizes one objective; with several use nsga2, "
+            "tpe, gp, random, qmc or grid",
+        )
+    if pruner is not None and pruner.name == "pareto":
+        for option, value in pruner.options.items():
+            least = 2 if option == "reduction_factor" else 0 if option == "n_startup_trials" else 1
+            if option in PARETO_PRUNER_OPTIONS and (
+                isinstance(value, bool) or not isinstance(value, int) or value < least
+            ):
+                problems.add(
+                    f"search.pruner.{option}", f"expected an integer >= {least}, got {_show(value)}"
+                )
+            elif option not in PARETO_PRUNER_OPTIONS:
+                problems.add(
+                    f"search.pruner.{option}",
+                    f"unknown option for the pareto pruner"
+                    f"{_did_you_mean(option, PARETO_PRUNER_OPTIONS)} "
+                    f"{_allowed(PARETO_PRUNER_OPTIONS)}",
+                )
+
+
+def _check_objective_metrics(
+    raw: Mapping[str, Any], reported: Sequence[str] | None, problems: _Problems
+) -> None:
+    """Every metric and constraint names a metric the objective reports: for a built-in
+    model one of ``reported``, for a user objective one of its own metrics."""
+    metrics = raw.get("metrics")
+    own = list(metrics) if isinstance(metrics, list) else [raw.get("metric") or "value"]
+    if reported is not None and isinstance(metrics, list):
+        for name in metrics:
+            if isinstance(name, str) and name not in reported:
+                problems.add(
+                    "objective.metrics",
+                    f"model {raw.get('model')!r} does not report {name!r} on this data set "
+                    f"(it reports: {', '.join(reported)})",
+                )
+    constraints = raw.get("constraints")
+    if isinstance(constraints, Mapping):
+        allowed = list(reported) if reported is not None else own
+        for name in constraints:
+            if name not in allowed:
+                problems.add(
+                    f"objective.constraints.{name}",
+                    f"not a metric the objective reports {_allowed(allowed)}",
+                )

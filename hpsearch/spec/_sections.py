@@ -58,6 +58,8 @@ PRUNER_CLASSES: dict[str, str] = {
 """Pruner names a study file may use, and the ``optuna.pruners`` class each one builds."""
 
 _MINIMIZE_SUFFIXES = ("loss", "perplexity", "error", "mmd")
+#: Costs a built-in model reports, minimized unless the file says otherwise.
+_MINIMIZE_COSTS = ("params", "train_seconds", "latency_ms", "epoch_s")
 _USER_REF_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -140,16 +142,57 @@ class Direction(str, Enum):
 def default_direction(metric: str) -> Direction:
     """The direction a metric is optimized in when the file does not say.
 
-    Names ending in ``loss``, ``perplexity``, ``error`` or ``mmd`` are minimized, all others
-    maximized.
+    Names ending in ``loss``, ``perplexity``, ``error`` or ``mmd`` are minimized, and so are
+    the costs ``params``, ``train_seconds``, ``latency_ms`` and ``epoch_s``; all others
+    (``samples_per_s`` too) are maximized.
 
     Example:
         >>> default_direction("val_loss").value, default_direction("val_accuracy").value
         ('minimize', 'maximize')
     """
-    if metric.lower().endswith(_MINIMIZE_SUFFIXES):
+    if metric.lower().endswith(_MINIMIZE_SUFFIXES) or metric in _MINIMIZE_COSTS:
         return Direction.MINIMIZE
     return Direction.MAXIMIZE
+
+
+def _metric_list(value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise _fail(f"expected a list of metric names, got {_show(value)}")
+    if len(value) < 2:
+        raise _fail(
+            f"needs at least 2 metrics, got {len(value)}; for one objective use metric instead"
+        )
+    if len(set(value)) != len(value):
+        raise _fail(f"lists a metric twice: {', '.join(value)}")
+    return list(value)
+
+
+def _direction_list(value: Any) -> Any:
+    if not isinstance(value, list):
+        raise _fail(f"expected a list of maximize | minimize, got {_show(value)}")
+    check = _choice("direction", [d.value for d in Direction])
+    return [check(v) for v in value]
+
+
+def _constraint_map(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        raise _fail(
+            f"expected a mapping of metric to bounds, e.g. {{params: {{max: 200000}}}}, "
+            f"got {_show(value)}"
+        )
+    out: dict[str, dict[str, float]] = {}
+    for metric, bounds in value.items():
+        if not isinstance(bounds, Mapping) or not bounds or set(bounds) - {"max", "min"}:
+            raise _fail(
+                f"{metric}: expected {{max: N}}, {{min: N}} or both, got "
+                f"{_show(bounds) if not isinstance(bounds, Mapping) else dict(bounds)}"
+            )
+        out[str(metric)] = {}
+        for key, bound in bounds.items():
+            if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+                raise _fail(f"{metric}.{key}: expected a number, got {_show(bound)}")
+            out[str(metric)][key] = float(bound)
+    return out
 
 
 def _check_params(value: Any) -> Any:
@@ -208,6 +251,33 @@ class ObjectiveSpec(_Spec):
         description=(
             "maximize | minimize. Default null: minimize for metrics ending in loss, perplexity, "
             "error or mmd, maximize otherwise."
+        ),
+    )
+    metrics: Annotated[list[str] | None, BeforeValidator(_optional(_metric_list))] = Field(
+        default=None,
+        description=(
+            "Several metrics optimized at once (a multi-objective study), e.g. [val_accuracy, "
+            "params]; use metric for one. Built-in models also report params, train_seconds, "
+            "samples_per_s and latency_ms. Default null."
+        ),
+    )
+    directions: Annotated[list[Direction] | None, BeforeValidator(_optional(_direction_list))] = (
+        Field(
+            default=None,
+            description=(
+                "One direction per entry of metrics (maximize | minimize). Default null: each "
+                "derived from its metric's name, as for direction."
+            ),
+        )
+    )
+    constraints: Annotated[
+        dict[str, dict[str, float]] | None, BeforeValidator(_optional(_constraint_map))
+    ] = Field(
+        default=None,
+        description=(
+            "Bounds a trial must meet to count, by metric: {params: {max: 200000}} or "
+            "{val_accuracy: {min: 0.9}}. Optuna's constraints: infeasible trials are never on "
+            "the Pareto front (or best), and samplers prefer feasible ones. Default null."
         ),
     )
     epochs: _Int = Field(
@@ -358,7 +428,8 @@ class SearchSpec(_Spec):
     pruner: Annotated[PrunerSpec, BeforeValidator(_name_and_options)] = Field(
         default_factory=lambda: PrunerSpec(name="median"),
         description=(
-            "none | median | percentile | successive_halving | hyperband, "
+            "none | median | percentile | successive_halving | hyperband | pareto (several "
+            "objectives: ranks each rung by Pareto fronts; their default), "
             "or {name: ..., <options>}. Default median."
         ),
     )

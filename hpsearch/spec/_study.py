@@ -21,6 +21,8 @@ from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,
     _check_fsdp,
+    _check_objective_metrics,
+    _check_objectives,
     _check_parallel,
     _check_sampler,
     _check_strategy,
@@ -36,6 +38,7 @@ from hpsearch.spec._sections import (
     Direction,
     ObjectiveSpec,
     ParallelSpec,
+    PrunerSpec,
     SamplerSpec,
     SearchSpec,
     TrackingSpec,
@@ -71,6 +74,10 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
     out["storage"] = storage
 
     strategies = _validate_strategies(data.get("search"), problems)
+    raw_obj = data.get("objective")
+    if isinstance(raw_obj, Mapping) and raw_obj.get("metrics") is not None:
+        # Several objectives: Optuna's pruners rank one value, so the default is the pareto one.
+        strategies.setdefault("pruner", PrunerSpec(name="pareto"))
     sections: dict[str, type[_Spec]] = {
         "objective": ObjectiveSpec,
         "search": SearchSpec,
@@ -109,7 +116,11 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                     "also fixed in objective.params; a hyperparameter is either searched or "
                     "fixed, remove it from one",
                 )
+    _check_objectives(raw_objective, strategies, problems)
     if isinstance(raw_objective, Mapping):
+        model_name = raw_objective.get("model")
+        if isinstance(model_name, str) and ":" in model_name:
+            _check_objective_metrics(raw_objective, None, problems)
         _check_dataset_for(raw_objective, source, problems)
         _check_fsdp(raw_objective, space, problems)
     objective: ObjectiveSpec | None = out["objective"]
@@ -134,8 +145,8 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
     if sampler is not None:
         _check_sampler(sampler, space, space_ok, problems)
     pruner = strategies.get("pruner")
-    if pruner is not None:
-        _check_strategy("pruner", pruner, PRUNER_CLASSES, problems)
+    if pruner is not None and pruner.name != "pareto":
+        _check_strategy("pruner", pruner, {**PRUNER_CLASSES, "pareto": ""}, problems)
 
     if problems.lines:
         raise SpecError(problems.lines)
@@ -301,8 +312,18 @@ class StudySpec(_Spec):
         their name, and the parallel layout as its strategy (not at all for ddp).
         """
         data = self.model_dump(mode="json")
-        data["objective"]["metric"] = self.metric
-        data["objective"]["direction"] = self.direction.value
+        if self.is_multi_objective:
+            data["objective"]["metrics"] = list(self.metrics)
+            data["objective"]["directions"] = [d.value for d in self.directions]
+            data["objective"].pop("metric")
+            data["objective"].pop("direction")
+        else:
+            data["objective"]["metric"] = self.metric
+            data["objective"]["direction"] = self.direction.value
+            data["objective"].pop("metrics")
+            data["objective"].pop("directions")
+        if data["objective"]["constraints"] is None:
+            data["objective"].pop("constraints")  # the spec_hash stays as it was
         parallel = data["objective"].pop("parallel")
         default = ParallelSpec(strategy=self.objective.parallel.strategy).model_dump(mode="json")
         # The layout in full where it says more than its strategy; ddp, the default, is left
@@ -368,8 +389,36 @@ class StudySpec(_Spec):
         return ParallelSpec.model_validate({**self.objective.parallel.model_dump(), **searched})
 
     @property
+    def is_multi_objective(self) -> bool:
+        """Whether the study optimizes several metrics (``objective.metrics``)."""
+        return self.objective.metrics is not None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every optimized metric, in order (one for a single-objective study)."""
+        if self.objective.metrics is not None:
+            return tuple(self.objective.metrics)
+        return (self.metric,)
+
+    @property
+    def directions(self) -> tuple[Direction, ...]:
+        """One direction per metric: as given, else derived from each metric's name."""
+        if self.objective.metrics is None:
+            return (self.direction,)
+        given = self.objective.directions or [default_direction(m) for m in self.metrics]
+        return tuple(Direction(d) for d in given)
+
+    @property
+    def constraints(self) -> dict[str, dict[str, float]]:
+        """``objective.constraints``: bounds by metric (``{}`` when none)."""
+        return dict(self.objective.constraints or {})
+
+    @property
     def metric(self) -> str:
-        """The optimized metric: as given, else the model's default."""
+        """The optimized metric: as given, else the model's default (the first of
+        ``metrics`` in a multi-objective study)."""
+        if self.objective.metrics is not None:
+            return self.objective.metrics[0]
         if self.objective.metric is not None:
             return self.objective.metric
         if self.is_user_objective:
@@ -378,5 +427,8 @@ class StudySpec(_Spec):
 
     @property
     def direction(self) -> Direction:
-        """The optimization direction: as given, else derived from the metric name."""
+        """The optimization direction: as given, else derived from the metric name (the
+        first of ``directions`` in a multi-objective study)."""
+        if self.objective.metrics is not None:
+            return self.directions[0]
         return self.objective.direction or default_direction(self.metric)

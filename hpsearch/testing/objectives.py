@@ -30,6 +30,25 @@ def staircase(trial: optuna.Trial) -> float:
     return x
 
 
+def two_objectives(trial: optuna.Trial) -> tuple[float, float]:
+    """Two objectives, both minimized, with a known Pareto front: ``(x, 1 - sqrt(x) + y)``.
+
+    For any ``x`` the best is ``y = 0``, and along ``y = 0`` a smaller first value costs a
+    larger second one, so the front is exactly the trials with ``y = 0`` (of the feasible
+    ones, when a constraint bounds the first value). Reports both values at steps 1 to 3,
+    converging to the final ones from above, and asks the pruner after each.
+    """
+    x = trial.suggest_float("x", 0.0, 1.0)
+    y = trial.suggest_float("y", 0.0, 1.0)
+    final = (x, 1.0 - x**0.5 + y)
+    for step in range(1, 4):
+        extra = 0.1 * (3 - step)
+        trial.report((final[0] + extra, final[1] + extra), step)  # type: ignore[arg-type]
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return final
+
+
 def with_context(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Takes the optional context; records the process it ran in."""
     x = trial.suggest_float("x", 0.0, 1.0)

@@ -30,6 +30,8 @@ PRUNER = "hpsearch.pruner"
 N_TRIALS = "hpsearch.n_trials"
 BEST_TRIAL = "hpsearch.best_trial"
 N_ENDED = "hpsearch.n_ended"
+#: Several objectives: the study's Pareto-front trials, by number ("3,7,9"), set at its end.
+PARETO_TRIALS = "hpsearch.pareto_trials"
 
 # A trial's run: where and how it ran
 WORKER = "hpsearch.worker"
@@ -53,6 +55,9 @@ ERROR_MESSAGE = "hpsearch.error_message"
 PRUNE_REASON = "hpsearch.prune_reason"
 PRUNE_STEP = "hpsearch.prune_step"
 PRUNE_VALUE = "hpsearch.prune_value"
+#: Several objectives: whether the trial is on the study's Pareto front (true / false),
+#: updated at the end of the study.
+PARETO = "hpsearch.pareto"
 
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000

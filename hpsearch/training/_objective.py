@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hpsearch.trial import TrialContext
 
 
-def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
+def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     import torch
 
     from hpsearch.data import load_dataset
@@ -43,6 +43,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     precision = resolve_precision(spec.objective.precision, device)
     torch.manual_seed(seed * 1_000_003 + trial.number)
     model = family.build(params, data)
+    n_params = sum(int(p.numel()) for p in model.parameters())
     layout = spec.parallel_for(params)
     replicas = ctx.world_size  # copies of the model training on shares of the batch
     if layout.strategy.value == "pipeline":
@@ -107,7 +108,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
             tag.PARALLEL: getattr(trainer, "layout", strategy),
         }
     )
-    value = float("nan") if state is None else float(state["value"])
+    value: Any = float("nan") if state is None else state["value"]
     # Checkpoint writes still in flight at the end are left to land on their own: the
     # trial's result does not depend on them.
     monitor = MemoryMonitor(
@@ -120,7 +121,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
     )
     with monitor:
         value = _epochs(
-            trial, ctx, trainer, data, checkpoints, first_epoch, value, history, monitor
+            trial, ctx, trainer, data, checkpoints, first_epoch, value, history, monitor, n_params
         )
     trainer.finish(ctx)
     if trainer.skipped_steps:
@@ -129,19 +130,41 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> float:
 
 
 def _epochs(
-    trial, ctx, trainer, data, checkpoints, first_epoch: int, value: float, history: dict, monitor
-) -> float:  # type: ignore[no-untyped-def]
+    trial,
+    ctx,
+    trainer,
+    data,
+    checkpoints,
+    first_epoch: int,
+    value: Any,
+    history: dict,
+    monitor,
+    n_params: int,
+) -> Any:  # type: ignore[no-untyped-def]
+    from hpsearch.pareto import apply_constraints
     from hpsearch.training._fsdp import ShardedCheckpointStore
 
     spec = ctx.spec
     metric = spec.metric
+    wanted = spec.metrics
     interval = float(spec.objective.checkpoint_interval or 0.0)
     last_checkpoint = -math.inf
+    # Training time so far, kept across a resume (the last checkpointed epoch's).
+    trained_s = float(history[max(history)].get("train_seconds", 0.0)) if history else 0.0
     for epoch in range(first_epoch, spec.objective.epochs + 1):
         epoch_start = time.perf_counter()
         train = trainer.train_epoch(data, epoch)
+        eval_start = time.perf_counter()
         val = trainer.evaluate(data)
+        eval_s = time.perf_counter() - eval_start
         train["epoch_s"] = time.perf_counter() - epoch_start
+        trained_s += eval_start - epoch_start
+        # What the trial costs, so that a cost can be an objective (see _catalog.COST_METRICS):
+        # latency is this rank's evaluation time per validation sample it evaluated.
+        per_rank = max(1, math.ceil(int(data.n_val) / max(1, ctx.world_size)))
+        train.update(
+            params=float(n_params), train_seconds=trained_s, latency_ms=1000.0 * eval_s / per_rank
+        )
         for key in trainer.loss_keys:
             if not math.isfinite(train[key]):
                 raise TrialDiverged(
@@ -149,17 +172,24 @@ def _epochs(
                 )
         train.pop("samples", None)
         metrics = {**train, **val}
-        if metric not in metrics:
-            raise MetricNotReported(
-                f"objective.metric {metric!r} is not computed by model "
-                f"{spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
-            )
-        value = metrics.pop(metric)
+        for name in wanted:
+            if name not in metrics:
+                field = "objective.metrics" if spec.is_multi_objective else "objective.metric"
+                raise MetricNotReported(
+                    f"{field} {name!r} is not computed by model "
+                    f"{spec.objective.model!r} (it reports: {', '.join(sorted(metrics))})"
+                )
+        everything = dict(metrics)
+        if spec.is_multi_objective:
+            value = [metrics.pop(name) for name in wanted]
+        else:
+            value = metrics.pop(metric)
         # A resumed trial's run skips the steps it holds.
         ctx.log_metrics({**metrics, **monitor.epoch_metrics()}, step=epoch)
-        history[epoch] = metrics
+        history[epoch] = {**metrics, "train_seconds": trained_s}
         trial.report(value, epoch)
         if trial.should_prune():
+            apply_constraints(trial, spec, everything)
             if checkpoints is not None:
                 checkpoints.delete()
             raise optuna.TrialPruned(f"pruned at step {epoch}")
@@ -179,6 +209,7 @@ def _epochs(
             elif checkpoints is not None:
                 checkpoints.save(state)
             last_checkpoint = now
+    apply_constraints(trial, spec, everything)
     return value
 
 

@@ -223,7 +223,12 @@ def execute(
         if study is None:
             study = _worker_study(task)
         tracked = TrackedTrial(
-            study, task.trial_id, run=run, metric=spec.metric, pruner_name=spec.search.pruner.name
+            study,
+            task.trial_id,
+            run=run,
+            metric=spec.metric,
+            pruner_name=spec.search.pruner.name,
+            metrics=spec.metrics,
         )
         trial: Any = (
             tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
@@ -246,11 +251,23 @@ def execute(
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
             sys.modules["torch"].set_num_threads(ctx.n_threads)
-        value = objective(trial, ctx) if _wants_context(objective) else objective(trial)
-        value = float(value)  # type: ignore[arg-type]
-        if not math.isfinite(value):
-            raise TrialDiverged(f"objective returned {value}", step=tracked.last_step, value=value)
-        outcome.state, outcome.value = "COMPLETE", value
+        value: Any = objective(trial, ctx) if _wants_context(objective) else objective(trial)
+        if spec.is_multi_objective or spec.constraints:
+            from hpsearch.pareto import apply_constraints, objective_values
+
+            values = objective_values(value, spec)
+            if spec.is_user_objective:  # a built-in objective sets them from all its metrics
+                apply_constraints(trial, spec, dict(zip(spec.metrics, values, strict=True)))
+            value = values if spec.is_multi_objective else values[0]
+        if spec.is_multi_objective:
+            outcome.state, outcome.values = "COMPLETE", list(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise TrialDiverged(
+                    f"objective returned {value}", step=tracked.last_step, value=value
+                )
+            outcome.state, outcome.value = "COMPLETE", value
     except optuna.TrialPruned as exc:
         outcome.state = "PRUNED"
         decision = tracked.prune_decision if tracked is not None else None

@@ -35,7 +35,14 @@ class TrackedTrial(optuna.Trial):
     """
 
     def __init__(
-        self, study: optuna.Study, trial_id: int, *, run: TrialRun, metric: str, pruner_name: str
+        self,
+        study: optuna.Study,
+        trial_id: int,
+        *,
+        run: TrialRun,
+        metric: str,
+        pruner_name: str,
+        metrics: Sequence[str] | None = None,
     ) -> None:
         super().__init__(study, trial_id)
         self._reports = _QueuedReports(self.storage)
@@ -43,9 +50,19 @@ class TrackedTrial(optuna.Trial):
         self._run = run
         self._metric = metric
         self._pruner_name = pruner_name
-        earlier = cached_trial(self).intermediate_values
-        self.last_step: int | None = max(earlier, default=None)
+        # Several objectives: each step's values are a user attribute (see hpsearch.pareto).
+        self._metrics = list(metrics) if metrics is not None and len(metrics) > 1 else None
         self.prune_decision: dict[str, Any] | None = None
+        if self._metrics is not None:
+            from hpsearch.pareto import step_values
+
+            reported = step_values(cached_trial(self))
+            self.last_step = max(reported, default=None)
+            for step, values in sorted(reported.items()):
+                run.log_metrics(dict(zip(self._metrics, values, strict=False)), step)
+            return
+        earlier = cached_trial(self).intermediate_values
+        self.last_step = max(earlier, default=None)
         for step, value in sorted(earlier.items()):
             # Reports of an earlier attempt: MLflow gets them again in case that attempt's
             # write was lost with its worker (the run skips the steps it already holds).
@@ -54,6 +71,10 @@ class TrackedTrial(optuna.Trial):
 
     def already_reported(self, step: int) -> bool:
         """Whether ``step`` was reported (by this attempt or an earlier one)."""
+        if self._metrics is not None:
+            from hpsearch.pareto import VALUES_ATTR
+
+            return f"{VALUES_ATTR}{int(step)}" in cached_trial(self).user_attrs
         return int(step) in cached_trial(self).intermediate_values
 
     def report(self, value: float, step: int) -> None:
@@ -63,6 +84,9 @@ class TrackedTrial(optuna.Trial):
         the study is queued, and :meth:`flush_reports` (called before the trial's result is
         returned) waits for it. A step reported before (by an earlier attempt) is skipped.
         """
+        if self._metrics is not None:
+            self._report_values(value, int(step))
+            return
         value, step = float(value), int(step)
         if not math.isfinite(value):
             raise TrialDiverged(f"{self._metric} is {value} at step {step}", step=step, value=value)
@@ -72,11 +96,37 @@ class TrackedTrial(optuna.Trial):
         self.last_step = step
         self._run.log_metrics({self._metric: value}, step)
 
+    def _report_values(self, values: Any, step: int) -> None:
+        """Several objectives: ``values`` (one per metric) kept as the step's user attribute,
+        queued like a report, and logged to MLflow under the metrics' names."""
+        from hpsearch.pareto import VALUES_ATTR
+
+        assert self._metrics is not None
+        if not isinstance(values, (list, tuple)) or len(values) != len(self._metrics):
+            raise TypeError(
+                f"this study optimizes {len(self._metrics)} metrics "
+                f"({', '.join(self._metrics)}): report a tuple of that many values, "
+                f"got {values!r}"
+            )
+        floats = [float(v) for v in values]
+        for name, v in zip(self._metrics, floats, strict=True):
+            if not math.isfinite(v):
+                raise TrialDiverged(f"{name} is {v} at step {step}", step=step, value=v)
+        if self.already_reported(step):
+            return
+        key = f"{VALUES_ATTR}{step}"
+        self._reports.queue_user_attr(self._trial_id, key, floats)
+        cached_trial(self).user_attrs[key] = floats
+        self.last_step = step
+        self._run.log_metrics(dict(zip(self._metrics, floats, strict=True)), step)
+
     def flush_reports(self) -> None:
         """Wait until every report is in the study; raise if one could not be written."""
         self._reports.flush()
 
     def should_prune(self) -> bool:
+        if self._metrics is not None:
+            return self._should_prune_values()
         decision = super().should_prune()
         if decision and self.last_step is not None:
             frozen = cached_trial(self)
@@ -91,6 +141,20 @@ class TrackedTrial(optuna.Trial):
             )
             self.prune_decision = {"step": self.last_step, "value": value, "reason": reason}
         return decision
+
+    def _should_prune_values(self) -> bool:
+        """Several objectives: the pareto pruner's decision at the last reported step."""
+        from hpsearch.pareto import ParetoPruner, step_values
+
+        pruner = self.study.pruner
+        if self.last_step is None or not isinstance(pruner, ParetoPruner):
+            return False
+        values = step_values(cached_trial(self))[self.last_step]
+        prune, reason = pruner.should_prune(self.study, self.number, self.last_step, values)
+        if prune:
+            shown = ", ".join(f"{v:.6g}" for v in values)
+            self.prune_decision = {"step": self.last_step, "value": shown, "reason": reason}
+        return prune
 
 
 class _QueuedReports:
@@ -111,6 +175,11 @@ class _QueuedReports:
             _report_writer().submit(
                 self._storage.set_trial_intermediate_value, trial_id, step, value
             )
+        )
+
+    def queue_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._pending.append(
+            _report_writer().submit(self._storage.set_trial_user_attr, trial_id, key, value)
         )
 
     def flush(self) -> None:
@@ -213,7 +282,7 @@ class DistributedTrial(optuna.trial.BaseTrial):
     def report(self, value: float, step: int) -> None:
         if self._inner is not None:
             self._inner.report(value, step)
-        elif not math.isfinite(float(value)):
+        elif not isinstance(value, (list, tuple)) and not math.isfinite(float(value)):
             raise TrialDiverged(f"value is {value} at step {step}", step=step, value=value)
 
     def should_prune(self) -> bool:

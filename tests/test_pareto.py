@@ -1,0 +1,298 @@
+"""Multi-objective studies: the spec, Pareto fronts, pruning by fronts, tracking and views."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from hpsearch import Study
+from hpsearch.cli import app
+from hpsearch.exceptions import SpecError
+from hpsearch.pareto import (
+    VALUES_ATTR,
+    ParetoPruner,
+    dominates,
+    nondominated_fronts,
+    rank_at_rung,
+)
+from hpsearch.spec import StudySpec
+from hpsearch.testing._specs import user_spec
+from tests.conftest import mlflow_runs
+
+MAX_MIN = ["maximize", "minimize"]
+# (val_accuracy, params) at one step: B dominates D and ME; ME dominates D.
+A, B, C, D, E = (0.9, 9.0), (0.8, 5.0), (0.6, 1.0), (0.5, 8.0), (0.95, 20.0)
+ME = (0.7, 7.0)
+
+
+# ------------------------------------------------------------------ pure functions
+
+
+def test_fronts_by_hand():
+    assert nondominated_fronts([A, B, C, D, E, ME], MAX_MIN) == [0, 0, 0, 2, 0, 1]
+    assert dominates(B, ME, MAX_MIN) and not dominates(A, B, MAX_MIN)
+
+
+def test_rank_at_rung_by_hand():
+    # Six trials, keep 6 // 3 = 2. ME is on the second front, behind four trials: pruned.
+    r = rank_at_rung([A, B, C, D, E, ME], 5, MAX_MIN, reduction_factor=3)
+    assert (r.front, r.n_fronts, r.ahead, r.n_trials, r.keep) == (2, 3, 4, 6, 2)
+    assert not r.promoted
+    # B is on the Pareto front: the front straddles the cut and goes on whole.
+    r = rank_at_rung([A, C, D, E, ME, B], 5, MAX_MIN, reduction_factor=3)
+    assert (r.front, r.ahead, r.promoted) == (1, 0, True)
+    # With reduction factor 2 (keep 3), D is behind five trials on two better fronts.
+    r = rank_at_rung([A, B, C, E, ME, D], 5, MAX_MIN, reduction_factor=2)
+    assert (r.front, r.ahead, r.keep, r.promoted) == (3, 5, 3, False)
+    # Alone at a rung, a trial goes on.
+    assert rank_at_rung([ME], 0, MAX_MIN, reduction_factor=3).promoted
+
+
+def _study_with(points_at_step: list[tuple[float, float]], step: int) -> optuna.Study:
+    study = optuna.create_study(directions=MAX_MIN)
+    for i, values in enumerate(points_at_step):
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.PRUNED if i % 2 else TrialState.COMPLETE,
+                values=None if i % 2 else list(values),
+                params={},
+                distributions={},
+                user_attrs={f"{VALUES_ATTR}{step}": list(values)},
+            )
+        )
+    return study
+
+
+def test_pruner_decides_and_explains_on_fixed_values():
+    pruner = ParetoPruner(
+        MAX_MIN, metrics=["val_accuracy", "params"], reduction_factor=3, max_resource=9
+    )
+    study = _study_with([A, B, C, D, E], step=3)
+    prune, reason = pruner.should_prune(study, 99, 3, ME)
+    assert prune
+    assert reason == (
+        "pareto pruner at step 3 (rung 1): val_accuracy 0.7, params 7 is on front 2 of 3 "
+        "among 6 trials at that step, behind 4 trials on better fronts; only the top 1/3 "
+        "(2 trials) go on"
+    )
+    assert pruner.should_prune(study, 99, 3, (0.99, 0.5)) == (False, None)  # dominates all
+    assert pruner.should_prune(study, 99, 3, (0.7, 4.0)) == (False, None)  # on the front
+    assert pruner.should_prune(study, 99, 2, ME) == (False, None)  # step 2 is no rung
+    assert ParetoPruner(MAX_MIN, max_resource=3).should_prune(study, 99, 3, ME)[0] is False
+
+
+# ------------------------------------------------------------------ the spec
+
+
+def _spec(**objective):
+    return {
+        "name": "p",
+        "objective": {"model": "cnn", **objective},
+        "space": {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}},
+    }
+
+
+@pytest.mark.parametrize(
+    "objective, expected",
+    [
+        (
+            {"metrics": ["val_accuracy", "params"], "metric": "val_loss"},
+            "studies/x.yaml: objective.metrics: give either metric and direction",
+        ),
+        (
+            {"metrics": ["val_accuracy", "params"], "directions": ["maximize"]},
+            "studies/x.yaml: objective.directions: 1 direction for 2 metrics",
+        ),
+        (
+            {"metrics": ["val_accuracy", "paramz"]},
+            "studies/x.yaml: objective.metrics: model 'cnn' does not report 'paramz'",
+        ),
+        (
+            {"metrics": ["val_accuracy", "params"], "constraints": {"params": {"below": 3}}},
+            "studies/x.yaml: objective.constraints: params: expected {max: N}, {min: N} or both",
+        ),
+    ],
+)
+def test_bad_objectives_are_one_line(objective, expected):
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(_spec(**objective), source="studies/x.yaml")
+    assert len(info.value.problems) == 1
+    assert str(info.value).startswith(expected)
+
+
+def test_bad_pareto_pruner_option_is_one_line():
+    data = {
+        **_spec(metrics=["val_accuracy", "params"]),
+        "search": {"pruner": {"name": "pareto", "reduction_factor": 1}},
+    }
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(data, source="studies/x.yaml")
+    assert str(info.value) == (
+        "studies/x.yaml: search.pruner.reduction_factor: expected an integer >= 2, got 1"
+    )
+
+
+def test_multi_objective_spec_and_single_objective_hash():
+    spec = StudySpec.from_dict(
+        _spec(metrics=["val_accuracy", "params"], constraints={"params": {"max": 2e5}})
+    )
+    assert spec.is_multi_objective and spec.search.pruner.name == "pareto"
+    assert [d.value for d in spec.directions] == ["maximize", "minimize"]
+    assert "metric" not in spec.to_dict()["objective"]
+    assert StudySpec.from_dict(spec.to_dict()).spec_hash == spec.spec_hash
+    with pytest.raises(SpecError, match=r"search\.pruner: the median pruner ranks one value"):
+        StudySpec.from_dict(
+            {**_spec(metrics=["val_accuracy", "params"]), "search": {"pruner": "median"}}
+        )
+    # A single-objective study's spec (and hash) is as before multi-objective studies existed.
+    single = StudySpec.from_yaml("studies/quickstart.yaml")
+    assert not {"metrics", "directions", "constraints"} & set(single.to_dict()["objective"])
+    assert single.spec_hash == "7e142aaec977"
+
+
+# ------------------------------------------------------------------ studies on a cluster
+
+
+def _plain_study(run_dir, name):
+    storage = JournalStorage(JournalFileBackend(str(run_dir / name / "optuna.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _two_objective_spec(name, **search):
+    spec = user_spec(name, "hpsearch.testing.objectives:two_objectives", **search)
+    spec["objective"] = {
+        "model": "hpsearch.testing.objectives:two_objectives",
+        "metrics": ["cost", "error"],
+        "directions": ["minimize", "minimize"],
+        "constraints": {"cost": {"max": 0.8}},
+        "epochs": 4,
+    }
+    spec["space"] = {
+        "x": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.25},
+        "y": {"type": "float", "low": 0.0, "high": 0.5, "step": 0.5},
+    }
+    return spec
+
+
+def test_known_front_in_optuna_api_cli_and_mlflow(run_dir, dask_client):
+    spec = _two_objective_spec("front", n_trials=10, sampler="grid", pruner="none")
+    study = Study(spec, run_dir=run_dir, client=dask_client)
+    result = study.run(progress=False)
+    plain = _plain_study(run_dir, "front")
+    trials = plain.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 10 and len(plain.directions) == 2
+    # The known front: y = 0, and x <= 0.8 for the constraint (x = 1 is infeasible).
+    expected = {t.number for t in trials if t.params["y"] == 0.0 and t.params["x"] <= 0.8}
+    assert len(expected) == 4
+    front = {t.number for t in plain.best_trials}
+    assert front == expected
+    for t in trials:
+        feasible = all(v <= 0 for v in t.constraints.values())
+        assert feasible == (t.params["x"] <= 0.8)
+    feasible = [t for t in trials if all(v <= 0 for v in t.constraints.values())]
+    assert not any(
+        dominates(o.values, t.values, ["minimize"] * 2)
+        for t in feasible
+        if t.number in front
+        for o in feasible
+    )
+    assert {t.number for t in result.front} == front
+    # The API and the CLI say the same.
+    api = study.pareto_front()
+    assert {t.number for t in api} == front
+    assert all(set(t.values) == {"cost", "error"} for t in api)
+    out = CliRunner().invoke(
+        app,
+        ["best", str(run_dir / "front"), "--json"],
+    )
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.output)
+    assert {t["number"] for t in listed} == front
+    by_number = {t.number: t for t in trials}
+    for item in listed:
+        assert [item["values"]["cost"], item["values"]["error"]] == by_number[item["number"]].values
+    table = CliRunner().invoke(app, ["best", str(run_dir / "front")])
+    assert table.exit_code == 0 and "Pareto front, 4 trials" in table.output
+    # MLflow: every objective per epoch, the pareto tag on each trial, the front on the study.
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "front")
+    trial_runs = {
+        int(r.data.tags["hpsearch.trial_number"]): r
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
+    }
+    for number, run in trial_runs.items():
+        assert run.data.tags["hpsearch.pareto"] == ("true" if number in front else "false")
+        for metric in ("cost", "error"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+            assert sorted(steps) == [1, 2, 3]
+    parent = next(r for r in runs if r.data.tags.get("hpsearch.role") == "study")
+    assert parent.data.tags["hpsearch.pareto_trials"] == ",".join(map(str, sorted(front)))
+    fig = study.plot_pareto_front()
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert labels == {"Pareto front", "dominated", "infeasible (constraints)"}
+    frame = study.trials_dataframe()
+    assert set(frame[frame.pareto].number) == front
+
+
+def test_pruning_by_fronts_end_to_end(run_dir, dask_client):
+    spec = _two_objective_spec(
+        "mo-prune",
+        n_trials=8,
+        sampler="random",
+        pruner={"name": "pareto", "reduction_factor": 2},
+        max_concurrent=1,
+    )
+    spec["space"] = {
+        "x": {"type": "float", "low": 0.0, "high": 1.0},
+        "y": {"type": "float", "low": 0.0, "high": 1.0},
+    }
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    plain = _plain_study(run_dir, "mo-prune")
+    pruned = [t for t in plain.trials if t.state == TrialState.PRUNED]
+    assert pruned, "halving at steps 1 and 2 stops some trials"
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "mo-prune")
+    tags = {
+        int(r.data.tags["hpsearch.trial_number"]): r.data.tags
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
+    }
+    for t in pruned:
+        reported = {
+            int(k.removeprefix(VALUES_ATTR)): v
+            for k, v in t.user_attrs.items()
+            if k.startswith(VALUES_ATTR)
+        }
+        step = max(reported)
+        # One trial at a time: the trials compared are every earlier one that reached step.
+        earlier = [
+            o.user_attrs[f"{VALUES_ATTR}{step}"]
+            for o in plain.trials
+            if o.number < t.number and f"{VALUES_ATTR}{step}" in o.user_attrs
+        ]
+        ranking = rank_at_rung(
+            [*earlier, reported[step]], len(earlier), ["minimize"] * 2, reduction_factor=2
+        )
+        assert not ranking.promoted
+        reason = t.user_attrs["hpsearch.prune_reason"]
+        assert f"is on front {ranking.front} of {ranking.n_fronts}" in reason
+        assert f"among {ranking.n_trials} trials at that step" in reason
+        assert tags[t.number]["hpsearch.prune_reason"] == reason
+        assert int(tags[t.number]["hpsearch.prune_step"]) == step
+
+
+def test_objective_values_say_what_a_multi_objective_study_needs():
+    from hpsearch.exceptions import TrialDiverged
+    from hpsearch.pareto import constraint_values, objective_values
+
+    spec = StudySpec.from_dict(_two_objective_spec("v", pruner="pareto"))
+    assert objective_values((0.5, 2), spec) == [0.5, 2.0]
+    with pytest.raises(TypeError, match=r"optimizes 2 metrics \(cost, error\): return a tuple"):
+        objective_values(0.5, spec)
+    with pytest.raises(TrialDiverged, match="error = nan"):
+        objective_values((0.5, float("nan")), spec)
+    assert constraint_values(spec.constraints, {"cost": 1.0}) == {"cost.max": pytest.approx(0.2)}
