@@ -53,6 +53,11 @@ ERROR_MESSAGE = "hpsearch.error_message"
 PRUNE_REASON = "hpsearch.prune_reason"
 PRUNE_STEP = "hpsearch.prune_step"
 PRUNE_VALUE = "hpsearch.prune_value"
+#: A trial a scheduler paused: the step it waits at (its run is SCHEDULED meanwhile).
+PAUSED_AT = "hpsearch.paused_at"
+#: A trial that continues another one's checkpoint (population-based training).
+PARENT_TRIAL = "hpsearch.parent_trial"
+FROM_EPOCH = "hpsearch.from_epoch"
 
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000

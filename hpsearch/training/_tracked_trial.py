@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from hpsearch.tracking import TrialRun
 
 
+class TrialPaused(optuna.TrialPruned):
+    """A scheduler's pause: the trial stops after ``step`` with its checkpoint written, and
+    runs again from it when the scheduler says so (it is not pruned)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"paused after step {step}")
+        self.step = step
+
+
 class TrackedTrial(optuna.Trial):
     """An :class:`optuna.Trial` whose reports and prune decisions also land in MLflow.
 
@@ -35,9 +44,17 @@ class TrackedTrial(optuna.Trial):
     """
 
     def __init__(
-        self, study: optuna.Study, trial_id: int, *, run: TrialRun, metric: str, pruner_name: str
+        self,
+        study: optuna.Study,
+        trial_id: int,
+        *,
+        run: TrialRun,
+        metric: str,
+        pruner_name: str,
+        stop_at: int | None = None,
     ) -> None:
         super().__init__(study, trial_id)
+        self.stop_at = stop_at  # a scheduler's pause: should_prune says True from this step
         self._reports = _QueuedReports(self.storage)
         self.storage = cast("BaseStorage", self._reports)
         self._run = run
@@ -46,6 +63,7 @@ class TrackedTrial(optuna.Trial):
         earlier = cached_trial(self).intermediate_values
         self.last_step: int | None = max(earlier, default=None)
         self.prune_decision: dict[str, Any] | None = None
+        self.paused_at: int | None = None
         for step, value in sorted(earlier.items()):
             # Reports of an earlier attempt: MLflow gets them again in case that attempt's
             # write was lost with its worker (the run skips the steps it already holds).
@@ -77,6 +95,10 @@ class TrackedTrial(optuna.Trial):
         self._reports.flush()
 
     def should_prune(self) -> bool:
+        stop, last = self.stop_at, self.last_step
+        if stop is not None and last is not None and last >= stop:
+            self.paused_at = last
+            return True
         decision = super().should_prune()
         if decision and self.last_step is not None:
             frozen = cached_trial(self)
