@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.pareto import told_values
+from hpsearch.schedulers import PAUSED_AT, TARGET, Job, build_scheduler
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
@@ -83,6 +84,7 @@ class _Ready:
     number: int
     resume: bool
     size: int
+    stop_at: int | None = None  # a scheduler's pause (search.scheduler)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class _InFlight:
     trial_id: int
     submitted: float
     size: int = 1
+    stop_at: int | None = None
 
 
 class Coordinator:
@@ -135,6 +138,7 @@ class Coordinator:
         self._study_id = study_id_of(study)
         self._capacity_read = time.monotonic()
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
+        self.scheduler = build_scheduler(spec)  # asha: pauses and promotions (else None)
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -247,7 +251,12 @@ class Coordinator:
             size=item.size,
             objective=self.objective,
             storage_url=self.storage_url,
+            stop_at=item.stop_at,
         )
+        if self.scheduler is not None:
+            self._set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
+            if item.resume:
+                self._storage.set_trial_user_attr(item.trial_id, PAUSED_AT, None)
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
             run_trial,
@@ -256,12 +265,21 @@ class Coordinator:
             resources=resources,
             pure=False,
         )
-        self.in_flight[future] = _InFlight(item.number, item.trial_id, time.monotonic(), item.size)
+        self.in_flight[future] = _InFlight(
+            item.number, item.trial_id, time.monotonic(), item.size, item.stop_at
+        )
         return future
 
     def _ask(self) -> _Ready:
         trial = self.study.ask(self.distributions)
-        return _Ready(trial_id_of(trial), trial.number, resume=False, size=self._size(trial.params))
+        stop = self.scheduler.stop_at(trial.number) if self.scheduler is not None else None
+        return _Ready(
+            trial_id_of(trial),
+            trial.number,
+            resume=False,
+            size=self._size(trial.params),
+            stop_at=stop,
+        )
 
     def _fits(self, item: _Ready) -> bool:
         """Whether ``item`` fits the devices not in use (and the concurrency limit)."""
@@ -343,7 +361,7 @@ class Coordinator:
             losses,
             self.spec.search.max_retries,
         )
-        return _Ready(info.trial_id, info.number, resume=True, size=info.size)
+        return _Ready(info.trial_id, info.number, resume=True, size=info.size, stop_at=info.stop_at)
 
     def _outcome(self, info: _InFlight, future: Future, result: Any) -> TrialOutcome:
         if future.status == "finished":
@@ -359,6 +377,48 @@ class Coordinator:
             reason=reason,
             error_type=type(exc).__name__ if exc is not None else None,
         )
+
+    # ---------------------------------------------------------------- scheduler hooks
+
+    def _job(self, job: Job) -> _Ready:
+        assert job.trial_id is not None and job.number is not None
+        params = self._storage.get_trial(job.trial_id).params
+        return _Ready(job.trial_id, job.number, True, self._size(params), job.stop_at)
+
+    def _promotion(self, ready: list[_Ready]) -> bool:
+        """Put a promoted paused trial at the head of ``ready`` (promotions go before new
+        trials); whether there was one."""
+        if self.scheduler is None or ready or len(self.in_flight) >= self.max_concurrent:
+            return False
+        job = self.scheduler.next()
+        if job is None:
+            return False
+        ready.append(self._job(job))
+        return True
+
+    def _paused(self, info: _InFlight, future: Future, result: Any) -> bool:
+        """Hand a paused trial to the scheduler (it stays RUNNING in the study, holding no
+        set); whether it was one."""
+        if self.scheduler is None or future.status != "finished":
+            return False
+        if not isinstance(result, TrialOutcome) or result.state != "PAUSED":
+            if isinstance(result, TrialOutcome):
+                self.scheduler.ended(info.number, result.state)
+            return False
+        assert result.last_step is not None and result.value is not None
+        self._storage.set_trial_user_attr(info.trial_id, PAUSED_AT, result.last_step)
+        self.scheduler.paused(info.number, info.trial_id, result.last_step, result.value)
+        self.progress.last = result
+        return True
+
+    def _close_paused(self, asking: bool) -> None:
+        """Nothing in flight: the paused trials the scheduler gives up on end now."""
+        if self.scheduler is None:
+            return
+        for end in self.scheduler.closing(asking):
+            outcome = TrialOutcome(end.number, end.state, value=end.value, reason=end.reason)
+            self._tell(_InFlight(end.number, end.trial_id, 0.0), outcome)
+            self._count_outcome(outcome)
 
     # ---------------------------------------------------------------- the loop
 
@@ -383,6 +443,8 @@ class Coordinator:
             if t.state == TrialState.RUNNING
         ]
         to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
+        if self.scheduler is not None:  # paused trials wait for a promotion, not a rerun
+            ready = [self._job(job) for job in self.scheduler.restore(trials)]
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
         finished = as_completed(with_results=True, raise_errors=False)
@@ -397,7 +459,7 @@ class Coordinator:
             # nothing overtakes it (so a large set is never starved by small ones).
             nonlocal to_ask
             self._refresh_capacity()
-            while ready or may_ask():
+            while ready or self._promotion(ready) or may_ask():
                 if not ready:
                     if len(self.in_flight) >= self.max_concurrent:
                         break
@@ -414,7 +476,7 @@ class Coordinator:
             fill()
             while self.in_flight:
                 self._emit()
-                if not ready and may_ask() and self._short_trials():
+                if not ready and may_ask() and self._short_trials() and self.scheduler is None:
                     ready.append(self._ask())  # ask ahead while the sets are busy
                     to_ask -= 1
                     fill()  # it may fit at once (sets of different sizes)
@@ -425,13 +487,23 @@ class Coordinator:
                 # resumes from its checkpoint), until it has been lost max_retries + 1 times.
                 retried = [self._retry(info, future, result) for info, future, result in ended]
                 ready[:0] = [item for item in retried if item is not None]
+                paused = [
+                    again is None and self._paused(*e)
+                    for e, again in zip(ended, retried, strict=True)
+                ]
+                ended = [e for e, p in zip(ended, paused, strict=True) if not p]
+                retried = [again for again, p in zip(retried, paused, strict=True) if not p]
                 fill()
+                if not self.in_flight and not ready:
+                    self._close_paused(may_ask())
+                    fill()
                 for (info, future, result), again in zip(ended, retried, strict=True):
                     if again is not None:
                         continue
                     outcome = self._outcome(info, future, result)
                     self._tell(info, outcome)
                     self._count_outcome(outcome)
+            self._close_paused(asking=False)
         except BaseException:
             self.interrupt()
             raise

@@ -1,7 +1,7 @@
 """The plain types of a trial: what a worker is handed, what it hands back, what an
 objective knows of where it runs.
 
-A leaf module: it imports nothing heavy and no other part of hpsearch at run time, so the
+A leaf module: it imports nothing heavy and no other part of hpsearch at import time, so the
 coordinator, the worker-side runner (:mod:`hpsearch.training._runner`) and user code can
 all depend on it.
 """
@@ -42,6 +42,8 @@ class TrialTask:
     objective: Callable[..., float] | None = None
     #: The database URL, where workers open the study directly (cluster.storage_access: direct).
     storage_url: str | None = None
+    #: The epoch (step) to pause at, with the checkpoint written (``search.scheduler``).
+    stop_at: int | None = None
 
 
 @dataclass
@@ -49,7 +51,7 @@ class TrialOutcome:
     """How a trial ended, as the worker saw it."""
 
     trial_number: int
-    state: str  # COMPLETE | PRUNED | FAIL
+    state: str  # COMPLETE | PRUNED | FAIL, or PAUSED (at step last_step, value its report)
     value: float | None = None
     #: A multi-objective trial's values, one per metric (``value`` is then None).
     values: list[float] | None = None
@@ -77,7 +79,14 @@ class TrialContext:
         study_dir: the study's run folder (``RUN_DIR/NAME``).
         checkpoint_dir: where this study keeps its trials' checkpoints.
         worker: the Dask worker's address.
-        resumed: whether this trial ran before (a retry or a resumed study).
+        resumed: whether this trial ran before (a retry or a resumed study), or starts from
+            another trial's checkpoint (population-based training).
+        stop_at: the step at which a scheduler pauses this trial (None: no pause).
+
+    A user objective that runs under ``search.scheduler`` (asha or pbt) needs two calls:
+    :meth:`load_checkpoint` once at the start, and :meth:`save_checkpoint` after each
+    report, before ``trial.should_prune()``; at the pause step that ``should_prune()``
+    returns True, and the objective raises ``optuna.TrialPruned`` as for a pruned trial.
     """
 
     spec: StudySpec
@@ -92,6 +101,7 @@ class TrialContext:
     rank: int = 0
     world_size: int = 1
     device_ids: list[str] = field(default_factory=list)
+    stop_at: int | None = None
 
     @property
     def device(self) -> str:
@@ -120,3 +130,38 @@ class TrialContext:
         """Log an ``H x W x 3`` uint8 image as an artifact of the trial's run (rank 0 only)."""
         if self.run is not None:
             self.run.log_image(image, artifact_file)
+
+    def pauses_at(self, step: int) -> bool:
+        """Whether a scheduler pauses this trial after ``step``."""
+        return self.stop_at is not None and int(step) >= self.stop_at
+
+    def save_checkpoint(self, state: Mapping[str, Any], step: int) -> None:
+        """Save the trial's state after ``step`` (rank 0 writes; other ranks return).
+
+        ``state`` is any picklable mapping (model and optimizer ``state_dict()``, the step);
+        :meth:`load_checkpoint` returns it. It is written in the background, except at the
+        step the trial pauses at, where it is on disk when this returns.
+        """
+        if not self.is_main:
+            return
+        self._store().save(
+            {"step": int(step), "state": dict(state)}, background=not self.pauses_at(step)
+        )
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """The state this trial saved last (or, for a trial continuing another one's
+        checkpoint, that trial's), or None on a first start. Every rank reads it."""
+        if not self.resumed:
+            return None
+        saved = self._store().load()
+        return None if saved is None else dict(saved.get("state", saved))
+
+    def _store(self) -> Any:
+        from hpsearch.training._checkpoint import CheckpointStore
+
+        store = self.__dict__.get("_checkpoints")
+        if store is None:
+            store = self.__dict__["_checkpoints"] = CheckpointStore(
+                self.checkpoint_dir, self.trial_number
+            )
+        return store

@@ -435,3 +435,44 @@ def _check_objective_metrics(
                     f"objective.constraints.{name}",
                     f"not a metric the objective reports {_allowed(allowed)}",
                 )
+
+
+def _check_scheduler(raw_search: Any, search: Any, objective: Any, problems: _Problems) -> None:
+    """A scheduler replaces the pruner, and needs checkpoints and rungs below the epochs."""
+    if search is None or search.scheduler == "none":
+        return
+    name = search.scheduler
+    if name == "pbt":
+        problems.add(
+            "search.scheduler",
+            "pbt (population-based training) is not available in this version (allowed: none, "
+            "asha)",
+        )
+        return
+    if search.pruner.name != "none" and isinstance(raw_search, Mapping) and "pruner" in raw_search:
+        problems.add(
+            "search.pruner",
+            f"search.scheduler {name} decides which trials stop; set pruner: none "
+            "(or scheduler: none to let the pruner decide)",
+        )
+    if objective is None:
+        return
+    if objective.checkpoint_interval is None and ":" not in objective.model:
+        problems.add(
+            "objective.checkpoint_interval",
+            f"search.scheduler {name} pauses and copies trials through their checkpoints; "
+            "null writes none (use 0 or a number of seconds)",
+        )
+    epochs = objective.epochs
+    if name == "asha" and search.asha.min_epochs >= epochs:
+        problems.add(
+            "search.asha.min_epochs",
+            f"must be below objective.epochs ({epochs}) for a trial to pause at a rung, "
+            f"got {search.asha.min_epochs}",
+        )
+    if name == "pbt" and search.pbt.interval_epochs >= epochs:
+        problems.add(
+            "search.pbt.interval_epochs",
+            f"must be below objective.epochs ({epochs}) for the population to exploit, "
+            f"got {search.pbt.interval_epochs}",
+        )

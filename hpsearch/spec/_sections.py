@@ -407,8 +407,71 @@ class PrunerSpec(_Strategy):
     )
 
 
+SCHEDULERS: tuple[str, ...] = ("none", "asha", "pbt")
+"""Schedulers that pause, promote or copy trials through their checkpoints."""
+
+
+def _fraction(value: Any) -> Any:
+    value = _expect_float(value)
+    if not 0.0 < value <= 0.5:
+        raise _fail(f"must be > 0 and <= 0.5, got {value:g}")
+    return value
+
+
+def _perturb(value: Any) -> Any:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise _fail(f"expected two factors [down, up] such as [0.8, 1.2], got {_show(value)}")
+    down, up = (_expect_float(v) for v in value)
+    if not 0.0 < down <= 1.0 <= up:
+        raise _fail(f"expected 0 < down <= 1 <= up, got [{down:g}, {up:g}]")
+    return (down, up)
+
+
+class AshaSpec(_Spec):
+    """Asynchronous successive halving by promotion: trials pause at rungs of
+    ``min_epochs * reduction_factor**k`` epochs and resume when promoted."""
+
+    min_epochs: _Int = Field(default=1, ge=1, description="Epochs of the first rung. Default 1.")
+    reduction_factor: _Int = Field(
+        default=3, ge=2, description="The top 1/reduction_factor of a rung is promoted. Default 3."
+    )
+    brackets: _Int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "Brackets (bracket b starts at min_epochs * reduction_factor**b); trials are "
+            "spread over them in turn. Default 1."
+        ),
+    )
+
+
+class PbtSpec(_Spec):
+    """Population-based training: a population trains in intervals; at each interval its
+    bottom quantile continues from a top trial's checkpoint with perturbed parameters."""
+
+    population: _Int = Field(default=8, ge=2, description="Trials trained side by side. Default 8.")
+    interval_epochs: _Int = Field(
+        default=2, ge=1, description="Epochs between two exploit steps. Default 2."
+    )
+    quantile: Annotated[float, BeforeValidator(_fraction)] = Field(
+        default=0.25,
+        description="The bottom (and top) fraction of the population, in (0, 0.5]. Default 0.25.",
+    )
+    perturb: Annotated[tuple[float, float], BeforeValidator(_perturb)] = Field(
+        default=(0.8, 1.2),
+        description="Factors a numeric parameter is multiplied by, one picked at random. "
+        "Default [0.8, 1.2].",
+    )
+    resample_probability: Annotated[float, BeforeValidator(_expect_float)] = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Chance a parameter is drawn afresh from the space instead. Default 0.25.",
+    )
+
+
 class SearchSpec(_Spec):
-    """How the search runs: budget, sampler, pruner, seed, concurrency, retries."""
+    """How the search runs: budget, sampler, pruner, scheduler, seed, concurrency, retries."""
 
     n_trials: _Int = Field(default=20, ge=1, description="Trials to run. Default 20.")
     timeout: _Seconds = Field(
@@ -433,6 +496,15 @@ class SearchSpec(_Spec):
             "or {name: ..., <options>}. Default median."
         ),
     )
+    scheduler: Annotated[str, BeforeValidator(_choice("scheduler", SCHEDULERS))] = Field(
+        default="none",
+        description=(
+            "none (the pruner decides) | asha (pause at rungs, promote the top) | pbt "
+            "(population-based training). Default none; with asha or pbt, pruner must be none."
+        ),
+    )
+    asha: AshaSpec = Field(default_factory=AshaSpec, description="Options of scheduler: asha.")
+    pbt: PbtSpec = Field(default_factory=PbtSpec, description="Options of scheduler: pbt.")
     seed: Annotated[int | None, BeforeValidator(_optional(_expect_int))] = Field(
         default=0, description="Sampler seed; null for a random one. Default 0."
     )

@@ -25,6 +25,7 @@ from hpsearch.spec._checks import (
     _check_objectives,
     _check_parallel,
     _check_sampler,
+    _check_scheduler,
     _check_strategy,
     _validate_strategies,
 )
@@ -97,6 +98,8 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
             # even when another search field is wrong); a broken one is already reported.
             raw = {k: v for k, v in raw.items() if k not in ("sampler", "pruner")}
             raw.update({k: v for k, v in strategies.items() if v is not None})
+            if str(raw.get("scheduler", "none")).lower() != "none" and "pruner" not in strategies:
+                raw["pruner"] = PrunerSpec(name="none")  # a scheduler replaces the pruner
         out[key] = problems.validate(model, raw, key)
 
     _check_backend(out.get("cluster"), problems, out.get("storage"))
@@ -147,6 +150,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
     pruner = strategies.get("pruner")
     if pruner is not None and pruner.name != "pareto":
         _check_strategy("pruner", pruner, {**PRUNER_CLASSES, "pareto": ""}, problems)
+    _check_scheduler(data.get("search"), out.get("search"), out.get("objective"), problems)
 
     if problems.lines:
         raise SpecError(problems.lines)
@@ -334,6 +338,14 @@ class StudySpec(_Spec):
             data["objective"]["parallel"] = parallel["strategy"]
         if data["objective"].get("max_memory_per_device") is None:
             data["objective"].pop("max_memory_per_device", None)  # the spec_hash stays as it was
+        # The scheduler and its options only where one is used: the spec_hash of a study
+        # written before schedulers existed is kept.
+        scheduler = data["search"]["scheduler"]
+        for key in ("asha", "pbt"):
+            if key != scheduler:
+                data["search"].pop(key)
+        if scheduler == "none":
+            data["search"].pop("scheduler")
         for key in ("sampler", "pruner"):
             strategy = data["search"][key]
             data["search"][key] = (

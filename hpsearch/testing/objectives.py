@@ -262,3 +262,21 @@ def pipeline_transformer(trial: optuna.Trial, ctx: TrialContext) -> float:
         return builtin_objective(trial, dataclasses.replace(ctx, spec=spec))
     finally:
         _pipeline.PipelineTrainer.train_epoch = original  # type: ignore[method-assign]
+
+
+def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Minimize ``x + 1/step`` over ``objective.epochs`` steps, resuming from its checkpoint
+    (the two calls a scheduler needs: ``ctx.load_checkpoint``, ``ctx.save_checkpoint``);
+    notes each step it trains, so a test sees that no step runs twice."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    state = ctx.load_checkpoint()
+    first = state["step"] + 1 if state else 1
+    value = float("nan")
+    for step in range(first, ctx.spec.objective.epochs + 1):
+        value = x + 1.0 / step
+        _note(ctx, trial, f"step {step}")
+        trial.report(value, step)
+        ctx.save_checkpoint({"step": step, "value": value}, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return value

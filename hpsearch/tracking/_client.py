@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 #: MLflow run status for each final Optuna state.
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
+#: The MLflow status of a trial a scheduler paused (it runs again, or ends PRUNED, later).
+PAUSED_STATUS = "SCHEDULED"
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
 PARAM_VALUE_LIMIT = 6000
 

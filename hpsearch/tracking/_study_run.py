@@ -168,6 +168,9 @@ class StudyTracker:
             tags = {tag.STATE: state}
             if reason:
                 tags[tag.FAIL_REASON] = str(reason)[: tag.REASON_LIMIT]
+            pruned = trial.user_attrs.get(tag.PRUNE_REASON)
+            if pruned and state == "PRUNED":  # a scheduler's decision, made by the coordinator
+                tags[tag.PRUNE_REASON] = str(pruned)[: tag.REASON_LIMIT]
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             client.update_run(
                 run_id, status=RUN_STATUS[state], name=tag.run_name(trial.number, state)

@@ -58,6 +58,11 @@ PRUNE_VALUE = "hpsearch.prune_value"
 #: Several objectives: whether the trial is on the study's Pareto front (true / false),
 #: updated at the end of the study.
 PARETO = "hpsearch.pareto"
+#: A trial a scheduler paused: the step it waits at (its run is SCHEDULED meanwhile).
+PAUSED_AT = "hpsearch.paused_at"
+#: A trial that continues another one's checkpoint (population-based training).
+PARENT_TRIAL = "hpsearch.parent_trial"
+FROM_EPOCH = "hpsearch.from_epoch"
 
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from hpsearch.tracking import _tags as tag
 from hpsearch.tracking._client import (
     MAX_BATCH,
+    PAUSED_STATUS,
     RUN_STATUS,
     TrackingTarget,
     get_client,
@@ -180,7 +181,7 @@ class TrialRun:
                 else None
             )
         if final is not None and not self._closed:
-            client.set_terminated(run_id, RUN_STATUS[final])
+            client.set_terminated(run_id, PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final])
             self._closed = True
             live.discard(self)
 

@@ -66,6 +66,7 @@ class CheckpointStore:
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(_writer().submit(self._write, data))
         else:
+            self.wait()  # the writes in flight land first (they share a temporary name)
             self._write(data)
 
     def wait(self) -> None:

@@ -142,7 +142,7 @@ def _epochs(
     n_params: int,
 ) -> Any:  # type: ignore[no-untyped-def]
     from hpsearch.pareto import apply_constraints
-    from hpsearch.training._fsdp import ShardedCheckpointStore
+    from hpsearch.training._tracked_trial import TrialPaused
 
     spec = ctx.spec
     metric = spec.metric
@@ -188,6 +188,10 @@ def _epochs(
         ctx.log_metrics({**metrics, **monitor.epoch_metrics()}, step=epoch)
         history[epoch] = {**metrics, "train_seconds": trained_s}
         trial.report(value, epoch)
+        if ctx.pauses_at(epoch) and epoch < spec.objective.epochs:
+            # A scheduler's pause: the checkpoint is on disk before the set is freed.
+            _save(checkpoints, trainer, {"epoch": epoch, "value": value, "metrics": history})
+            raise TrialPaused(epoch)
         if trial.should_prune():
             apply_constraints(trial, spec, everything)
             if checkpoints is not None:
@@ -198,19 +202,26 @@ def _epochs(
         if getattr(trainer, "collective_state", False):  # its state_dict is a collective
             due = bool(_broadcast(due, ctx))
         if due:
-            state = {
-                "epoch": epoch,
-                "value": value,
-                "trainer": trainer.state_dict(),
-                "metrics": history,
-            }
-            if isinstance(checkpoints, ShardedCheckpointStore):
-                checkpoints.save(state, trainer)  # collective: every rank writes its shards
-            elif checkpoints is not None:
-                checkpoints.save(state)
+            _save(
+                checkpoints,
+                trainer,
+                {"epoch": epoch, "value": value, "metrics": history},
+                background=True,
+            )
             last_checkpoint = now
     apply_constraints(trial, spec, everything)
     return value
+
+
+def _save(checkpoints, trainer, state: dict, *, background: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """Checkpoint the trainer with ``state`` (epoch, value, metrics); every rank calls it."""
+    from hpsearch.training._fsdp import ShardedCheckpointStore
+
+    state = {**state, "trainer": trainer.state_dict()}  # a collective for some trainers
+    if isinstance(checkpoints, ShardedCheckpointStore):
+        checkpoints.save(state, trainer)  # collective: every rank writes its shards
+    elif checkpoints is not None:
+        checkpoints.save(state, background=background)
 
 
 def _due(checkpoints, wanted: bool) -> bool:  # type: ignore[no-untyped-def]

@@ -28,11 +28,12 @@ from typing import Any
 
 import optuna
 
+from hpsearch._optuna import cached_trial
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
-from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
+from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
 from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
 
 # Per-process caches: a worker runs many trials of the same study.
@@ -229,6 +230,7 @@ def execute(
             metric=spec.metric,
             pruner_name=spec.search.pruner.name,
             metrics=spec.metrics,
+            stop_at=task.stop_at,
         )
         trial: Any = (
             tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
@@ -247,6 +249,7 @@ def execute(
             rank=rank,
             world_size=world_size,
             device_ids=devices.label(device_ids).split(","),
+            stop_at=task.stop_at,
         )
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
@@ -269,6 +272,13 @@ def execute(
                 )
             outcome.state, outcome.value = "COMPLETE", value
     except optuna.TrialPruned as exc:
+        paused = _paused_at(tracked, exc)
+        if paused is not None and tracked is not None:
+            outcome.state, outcome.last_step = "PAUSED", paused
+            outcome.value = cached_trial(tracked).intermediate_values.get(paused)
+            run.set_tags({tag.PAUSED_AT: paused})
+            _finish(task, tracked, run, outcome, start)
+            return outcome
         outcome.state = "PRUNED"
         decision = tracked.prune_decision if tracked is not None else None
         if decision is None:  # pruned without asking should_prune
@@ -306,6 +316,24 @@ def execute(
         )
         run.log_text(tb, "traceback.txt")
         outcome.extra["traceback"] = tb
+    _finish(task, tracked, run, outcome, start)
+    return outcome
+
+
+def _paused_at(tracked: TrackedTrial | None, exc: BaseException) -> int | None:
+    """The step a scheduler paused the trial at, or None when it was pruned."""
+    if isinstance(exc, TrialPaused):
+        return exc.step
+    return tracked.paused_at if tracked is not None else None
+
+
+def _finish(
+    task: TrialTask,
+    tracked: TrackedTrial | None,
+    run: TrialRun,
+    outcome: TrialOutcome,
+    start: float,
+) -> None:
     if tracked is not None:
         try:
             tracked.flush_reports()  # every report is in the study before the coordinator tells
@@ -318,7 +346,6 @@ def execute(
         run.log_params(tracked.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start
     run.finish(outcome.state)
-    return outcome
 
 
 def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
@@ -397,6 +424,7 @@ def _follow(
         rank=rank,
         world_size=world_size,
         device_ids=labels,
+        stop_at=task.stop_at,
     )
     objective = _objective(task)
     trial = DistributedTrial(None, number=task.trial_number)

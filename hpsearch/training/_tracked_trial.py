@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from hpsearch.tracking import TrialRun
 
 
+class TrialPaused(optuna.TrialPruned):
+    """A scheduler's pause: the trial stops after ``step`` with its checkpoint written, and
+    runs again from it when the scheduler says so (it is not pruned)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"paused after step {step}")
+        self.step = step
+
+
 class TrackedTrial(optuna.Trial):
     """An :class:`optuna.Trial` whose reports and prune decisions also land in MLflow.
 
@@ -43,8 +52,10 @@ class TrackedTrial(optuna.Trial):
         metric: str,
         pruner_name: str,
         metrics: Sequence[str] | None = None,
+        stop_at: int | None = None,
     ) -> None:
         super().__init__(study, trial_id)
+        self.stop_at = stop_at  # a scheduler's pause: should_prune says True from this step
         self._reports = _QueuedReports(self.storage)
         self.storage = cast("BaseStorage", self._reports)
         self._run = run
@@ -53,6 +64,7 @@ class TrackedTrial(optuna.Trial):
         # Several objectives: each step's values are a user attribute (see hpsearch.pareto).
         self._metrics = list(metrics) if metrics is not None and len(metrics) > 1 else None
         self.prune_decision: dict[str, Any] | None = None
+        self.paused_at: int | None = None
         if self._metrics is not None:
             from hpsearch.pareto import step_values
 
@@ -125,6 +137,10 @@ class TrackedTrial(optuna.Trial):
         self._reports.flush()
 
     def should_prune(self) -> bool:
+        stop, last = self.stop_at, self.last_step
+        if stop is not None and last is not None and last >= stop:
+            self.paused_at = last
+            return True
         if self._metrics is not None:
             return self._should_prune_values()
         decision = super().should_prune()

@@ -1,0 +1,175 @@
+"""Schedulers that use checkpoints: the promotion rules of ASHA on fixed values, and real
+studies on a 2-slot cluster where trials pause, free their set and resume."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from hpsearch import Study
+from hpsearch.exceptions import SpecError
+from hpsearch.schedulers import PAUSED_AT, AshaScheduler, cutoff, promotable, rung_epochs
+from hpsearch.spec import StudySpec
+from hpsearch.testing import user_spec
+from tests.conftest import mlflow_runs
+
+
+def _asha(**kw):
+    args = {"min_epochs": 1, "reduction_factor": 3, "brackets": 1, "max_epochs": 9}
+    return AshaScheduler(**{**args, **kw}, maximize=False)
+
+
+def test_rungs_and_cutoffs_by_hand():
+    assert rung_epochs(1, 3, 9) == [1, 3]
+    assert rung_epochs(1, 3, 27, bracket=1) == [3, 9]
+    assert rung_epochs(2, 2, 16) == [2, 4, 8]
+    values = {0: 0.5, 1: 0.2, 2: 0.9, 3: 0.3, 4: 0.1, 5: 0.7}
+    assert promotable(values, set(), 3, maximize=False) == [4, 1]  # top 6 // 3 = 2
+    assert promotable(values, {4}, 3, maximize=False) == [1]
+    assert cutoff(values, 3, maximize=False) == 0.2
+    assert cutoff({0: 1.0, 1: 2.0}, 3, maximize=False) is None
+    assert promotable(values, set(), 2, maximize=True) == [2, 5, 0]
+
+
+def test_promotion_order_matches_a_hand_computed_schedule():
+    """Trials pause at epoch 1 with fixed values (minimize, eta 3); the scheduler is asked for
+    work after each pause, as the coordinator does when a set is free."""
+    s = _asha()
+    order = []
+    for number, value in enumerate([0.5, 0.4, 0.6, 0.3, 0.8, 0.9, 0.2]):
+        s.paused(number, 100 + number, 1, value)
+        job = s.next()
+        order.append(None if job is None else (job.number, job.stop_at))
+        if job is not None:  # a promoted trial runs to epoch 3 and pauses there
+            s.paused(job.number, job.trial_id, 3, {1: 0.35, 3: 0.25, 6: 0.15}[job.number])
+            job = s.next()
+            order.append(None if job is None else (job.number, job.stop_at))
+    # By hand (a rung promotes its top len // 3 at once, not waiting for it to fill):
+    # trial 2 makes rung 0 hold 3: its top 1 is trial 1 (0.4) -> epoch 3; rung 1 holds 1.
+    # Trial 3 (0.3): 4 // 3 = 1, the top is 3 -> epoch 3; rung 1 holds 2: no promotion.
+    # Trials 4 and 5: the top 1 or 2 (3, then 3 and 1) are promoted already. Trial 6 (0.2):
+    # the top 2 of 7 are 6 and 3 -> 6 goes to epoch 3; rung 1 then holds 3 trials, its top 1
+    # is 6 (0.15) -> it runs to the last epoch (stop None).
+    assert order == [None, None, (1, 3), None, (3, 3), None, None, None, (6, 3), (6, None)]
+    ended = s.closing(asking=False)
+    assert [e.number for e in ended] == [0, 1, 2, 3, 4, 5]
+    reasons = {e.number: e.reason for e in ended}
+    assert "rung 0 (epoch 1)" in reasons[0] and "cut-off 0.3" in reasons[0]
+    assert "rung 1 (epoch 3)" in reasons[1] and "cut-off 0.15" in reasons[1]
+    assert all(e.state == "PRUNED" for e in ended)
+
+
+def test_brackets_start_at_higher_rungs():
+    s = _asha(brackets=2, max_epochs=27)
+    assert s.stop_at(0) == 1 and s.stop_at(1) == 3
+    s.paused(1, 11, 3, 0.1)
+    assert s.next() is None, "bracket 1 holds one trial"
+
+
+def test_a_scheduler_with_a_pruner_is_one_line():
+    spec = user_spec("x", "hpsearch.testing.objectives:checkpointed", scheduler="asha")
+    with pytest.raises(SpecError) as err:
+        StudySpec.from_dict(spec)
+    (line,) = err.value.problems
+    assert line.startswith("<study>: search.pruner: search.scheduler asha")
+    spec["search"].pop("pruner")
+    assert StudySpec.from_dict(spec).search.pruner.name == "none"
+
+
+def _asha_spec(name: str, n_trials: int = 7):
+    spec = user_spec(name, "hpsearch.testing.objectives:checkpointed", n_trials=n_trials)
+    spec["objective"]["epochs"] = 9
+    spec["search"].update(
+        {"pruner": "none", "scheduler": "asha", "asha": {"min_epochs": 1, "reduction_factor": 3}}
+    )
+    return spec
+
+
+def _study(run_dir, name):
+    return optuna.load_study(
+        study_name=name,
+        storage=JournalStorage(JournalFileBackend(str(run_dir / name / "optuna.journal"))),
+    )
+
+
+def _steps(run_dir, name, number):
+    path = run_dir / name / f"notes-{number}-rank0.txt"
+    return path.read_text().split()[1::2] if path.exists() else []
+
+
+def _check_asha_study(run_dir, name, n_trials):
+    study = _study(run_dir, name)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == n_trials
+    assert not [t for t in trials if t.state == TrialState.RUNNING], "nothing left RUNNING"
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert complete and pruned and len(complete) + len(pruned) == n_trials
+    trained = 0
+    for t in trials:
+        steps = [int(s) for s in _steps(run_dir, name, t.number)]
+        # Each epoch trained once: a paused trial resumed from its checkpoint.
+        assert steps == list(range(1, len(steps) + 1)), (t.number, steps)
+        trained += len(steps)
+        if t.state == TrialState.PRUNED:
+            reason = t.user_attrs["hpsearch.prune_reason"]
+            assert "asha: paused at rung" in reason and "never promoted" in reason
+            assert max(t.intermediate_values) in (1, 3)
+    assert trained < n_trials * 9, "ASHA trains fewer epochs than every trial to the end"
+    # The best at rung 0 (x smallest) always reaches the end.
+    best = min(trials, key=lambda t: t.params["x"])
+    assert best.state == TrialState.COMPLETE
+    return study
+
+
+def test_asha_study_pauses_promotes_and_ends_clean(run_dir, two_slot_client):
+    Study(_asha_spec("asha-real"), run_dir=run_dir, client=two_slot_client).run()
+    _check_asha_study(run_dir, "asha-real", 7)
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "asha-real")
+    trial_runs = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert len(trial_runs) == 7, "one run per trial, reopened on each resume"
+    assert all(r.info.status == "FINISHED" for r in trial_runs)
+    for r in trial_runs:
+        if r.data.tags["hpsearch.state"] == "PRUNED":
+            assert "never promoted" in r.data.tags["hpsearch.prune_reason"]
+
+
+class _StopAtPause(Exception):
+    pass
+
+
+def test_a_coordinator_stopped_during_a_pause_loses_nothing(run_dir, two_slot_client):
+    """The first coordinator stops as soon as a trial has paused (as if it were killed): the
+    paused trial stays RUNNING in the study with its rung, holding no set. A second
+    coordinator on the same storage does not rerun it: it waits at its rung, is promoted
+    (from its checkpoint, no epoch trained twice) or ends PRUNED, and the budget is kept."""
+    name = "asha-restart"
+    spec = _asha_spec(name, n_trials=7)
+    spec["search"]["max_concurrent"] = 1  # one trial at a time: the stop finds one paused
+
+    def stop(progress):
+        if progress.last is not None and progress.last.state == "PAUSED":
+            raise _StopAtPause
+
+    with pytest.raises(_StopAtPause):
+        Study(spec, run_dir=run_dir, client=two_slot_client).run(on_progress=stop)
+    paused = [t for t in _study(run_dir, name).trials if t.user_attrs.get(PAUSED_AT)]
+    assert len(paused) == 1 and paused[0].state == TrialState.RUNNING
+    assert paused[0].user_attrs[PAUSED_AT] == 1 and _steps(run_dir, name, paused[0].number) == ["1"]
+    Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
+    study = _study(run_dir, name)
+    first = study.trials[paused[0].number]
+    assert first.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    steps = _steps(run_dir, name, first.number)
+    assert steps[0] == "1" and steps.count("1") == 1, "resumed from its rung, not retrained"
+    failed = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert len(failed) <= 1, "only a trial in flight at the stop may have failed"
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    for t in study.trials:
+        steps = [int(s) for s in _steps(run_dir, name, t.number)]
+        if t.state != TrialState.FAIL:
+            assert steps == list(range(1, len(steps) + 1)), (t.number, steps)
+    assert len(study.trials) == 7, "the budget counts the paused trial once"
