@@ -26,6 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from hpsearch.cluster import Capacity
+    from hpsearch.metrics import StudyMetrics
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget
@@ -106,6 +108,7 @@ class Coordinator:
         on_progress: Callable[[Progress], None] | None = None,
         objective: Callable[..., float] | None = None,
         storage_url: str | None = None,
+        metrics: StudyMetrics | None = None,
     ) -> None:
         self.spec = spec
         self.objective = objective
@@ -131,6 +134,8 @@ class Coordinator:
         self._study_id = study_id_of(study)
         self._capacity_read = time.monotonic()
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
+        # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
+        self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -206,6 +211,7 @@ class Coordinator:
             p.failed += 1
         p.running = len(self.in_flight)
         p.last = outcome
+        self.metrics.on_outcome(outcome)
 
     def _emit(self) -> None:
         if self.on_progress is not None:
@@ -315,6 +321,7 @@ class Coordinator:
         if not isinstance(exc, KilledWorker):
             return None
         losses = self._losses_of(info)
+        self.metrics.on_worker_lost(retried=losses <= self.spec.search.max_retries)
         if losses > self.spec.search.max_retries:
             self._last_loss[info.number] = (
                 f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"

@@ -76,6 +76,8 @@ class TrialContext:
         checkpoint_dir: where this study keeps its trials' checkpoints.
         worker: the Dask worker's address.
         resumed: whether this trial ran before (a retry or a resumed study).
+        figures: the trial's latest ``samples_per_s`` and ``epoch_s``, as it logged them (the
+            study's metrics show them).
     """
 
     spec: StudySpec
@@ -90,6 +92,7 @@ class TrialContext:
     rank: int = 0
     world_size: int = 1
     device_ids: list[str] = field(default_factory=list)
+    figures: dict[str, float] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -102,7 +105,13 @@ class TrialContext:
         return self.rank == 0
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log metrics to the trial's MLflow run at ``step`` (non-blocking; rank 0 only)."""
+        """Log metrics to the trial's MLflow run at ``step`` (non-blocking; rank 0 only).
+
+        ``samples_per_s`` and ``epoch_s`` among them are also the trial's throughput in the
+        study's metrics (the built-in training loop logs both each epoch)."""
+        for key in ("samples_per_s", "epoch_s"):
+            if key in metrics:
+                self.figures[key] = float(metrics[key])
         if self.run is not None:
             self.run.log_metrics(metrics, step)
 

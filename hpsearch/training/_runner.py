@@ -30,6 +30,7 @@ import optuna
 
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
+from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial
@@ -206,6 +207,8 @@ def execute(
     except Exception:  # the study is unreachable: the run below records why
         study, attempt = None, 1
     resumed = task.resume or attempt > 1
+    # The trial's latest throughput, where the study's metrics poller finds it.
+    figures = trial_figures(task.study_name, task.trial_number)
     run = TrialRun(
         task.tracking,
         task.trial_number,
@@ -242,6 +245,7 @@ def execute(
             rank=rank,
             world_size=world_size,
             device_ids=devices.label(device_ids).split(","),
+            figures=figures,
         )
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
@@ -300,6 +304,8 @@ def execute(
         )
         run.log_params(tracked.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start
+    outcome.extra.update(figures)
+    end_trial(task.study_name, task.trial_number)
     run.finish(outcome.state)
     return outcome
 
