@@ -280,19 +280,19 @@ def _plot(prom: _Prometheus, path: Path) -> None:
         ('hpsearch_best_value{study="scraped"}', "best value so far", None),
     ]
     fig, axes = plt.subplots(3, 2, figsize=(11, 9))
-    for ax, (expr, title, label) in zip(axes.flat, panels, strict=True):
-        body = _get(
-            f"{prom.url}/api/v1/query_range?"
-            + urllib.parse.urlencode({"query": expr, "start": end - 600, "end": end, "step": "1s"})
-        )
-        result = json.loads(body)["data"]["result"]
-        t0 = min((float(r["values"][0][0]) for r in result), default=end)
+    results = []
+    for expr, _, _ in panels:
+        query = {"query": expr, "start": end - 600, "end": end, "step": "1s"}
+        body = _get(f"{prom.url}/api/v1/query_range?" + urllib.parse.urlencode(query))
+        results.append(json.loads(body)["data"]["result"])
+    t0 = min((float(r["values"][0][0]) for result in results for r in result), default=end)
+    for ax, (_, title, label), result in zip(axes.flat, panels, results, strict=True):
         for r in result:
             xs = [float(t) - t0 for t, _ in r["values"]]
             ys = [float(v) for _, v in r["values"]]
             ax.plot(xs, ys, label=r["metric"].get(label, "") if label else None)
         ax.set_title(title)
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds since the first scrape")
         if label:
             ax.legend(fontsize=7)
     fig.suptitle("hpsearch metrics of a 4-trial study, scraped by Prometheus every second")
