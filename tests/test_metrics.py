@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +22,8 @@ from hpsearch.exceptions import ClusterError, SpecError
 from hpsearch.spec import MetricsSpec, StudySpec
 from hpsearch.testing._specs import user_spec
 from tests.conftest import free_port
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def test_metrics_are_on_by_default_and_null_turns_them_off():
@@ -100,8 +103,9 @@ class _Prometheus:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def query(self, expr: str) -> list[dict]:
-        body = _get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        args = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        body = _get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode(args))
         answer = json.loads(body)
         assert answer["status"] == "success", answer
         return answer["data"]["result"]
@@ -205,6 +209,20 @@ def test_prometheus_scrapes_a_running_study(tmp_path):
         assert prom.values(f"hpsearch_trials_queued{{{sel}}}") == {"": 0.0}
         assert prom.values(f"hpsearch_trials_budget{{{sel}}}") == {"": 4.0}
 
+        # Every series is in docs/metrics.md, and every query of the Grafana dashboard runs
+        # and finds series.
+        names = {r["metric"]["__name__"] for r in prom.query(f'{{__name__=~"hpsearch_.+",{sel}}}')}
+        documented = set(
+            re.findall(r"^\| `(hpsearch_\w+)`", (DOCS / "metrics.md").read_text(), re.M)
+        )
+        assert names <= documented and documented - names <= {
+            "hpsearch_best_value",
+            "hpsearch_best_trial",
+        }
+        dashboard = json.loads((DOCS / "grafana-hpsearch.json").read_text())
+        exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+        assert set(re.findall(r"hpsearch_\w+", " ".join(exprs))) <= documented
+
         # hpsearch status reads the same figures from the running study's endpoint.
         status = _hpsearch("status", str(study_dir), cwd=tmp_path)
         out, _ = status.communicate(timeout=120)
@@ -252,6 +270,14 @@ def test_prometheus_scrapes_a_running_study(tmp_path):
         assert prom.values('max_over_time(up{job="hpsearch"}[10m])') == {"": 1.0}
         assert not (study_dir / "metrics.json").exists()
 
+        # Every query of the dashboard, at the last scrape of the study, finds series.
+        window = {"start": time.time() - 600, "end": time.time(), "step": "1s"}
+        window["query"] = f"hpsearch_trials_budget{{{sel}}}"
+        body = _get(f"{prom.url}/api/v1/query_range?" + urllib.parse.urlencode(window))
+        at = float(json.loads(body)["data"]["result"][0]["values"][-1][0])
+        for expr in exprs:
+            assert prom.query(expr.replace("$study", "scraped"), at=at), expr
+
         status = _hpsearch("status", str(study_dir), cwd=tmp_path)
         out, _ = status.communicate(timeout=120)
         assert status.returncode == 0 and "live from" not in out and "4/4 ended" in out, out
@@ -279,7 +305,7 @@ def _plot(prom: _Prometheus, path: Path) -> None:
         ('hpsearch_trial_epoch_seconds{study="scraped"}', "epoch seconds per trial", "trial"),
         ('hpsearch_best_value{study="scraped"}', "best value so far", None),
     ]
-    fig, axes = plt.subplots(3, 2, figsize=(11, 9))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 9), sharex=True)
     results = []
     for expr, _, _ in panels:
         query = {"query": expr, "start": end - 600, "end": end, "step": "1s"}
