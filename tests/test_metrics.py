@@ -71,6 +71,42 @@ def test_a_port_in_use_is_one_line_naming_the_key(tmp_path):
     assert not (tmp_path / "metrics.json").exists()
 
 
+def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, dask_client):
+    """Port 0: the endpoint's address is in metrics.json while the study runs; read back there
+    by what ``hpsearch status`` uses, it has the coordinator's counts and the workers' figures;
+    the file is gone when the run ends."""
+    from hpsearch.metrics import read_endpoint
+    from hpsearch.study import Study
+
+    spec = user_spec("free-port", "hpsearch.testing.objectives:steady", n_trials=3)
+    study = Study(spec, run_dir=run_dir, client=dask_client)
+    seen: list[dict] = []
+
+    def look(progress) -> None:  # type: ignore[no-untyped-def]
+        if progress.running and not seen:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # the workers' figures come with their first read
+                figures = read_endpoint(study.layout.study_dir, "free-port")
+                assert figures is not None
+                if figures["utilization"]:
+                    seen.append(figures)
+                    return
+                time.sleep(0.2)
+
+    result = study.run(on_progress=look)
+    assert result.progress.ended == 3
+    assert seen, "the endpoint was never read while trials ran"
+    live = seen[0]
+    assert re.fullmatch(r"http://127\.0\.0\.1:[1-9]\d*/metrics", live["url"]), live["url"]
+    assert live["trials"]["running"] == 2 and live["budget"] == 3
+    assert live["sets"] == {"busy": 2.0, "idle": 0.0}
+    assert live["losses"] == 0 and live["retries"] == 0
+    assert live["workers"] == 2 and len(live["utilization"]) == 2
+    assert set(live["backlog"]) == {"workers", "disk"}
+    assert not (study.layout.study_dir / "metrics.json").exists()
+    assert read_endpoint(study.layout.study_dir, "free-port") is None
+
+
 # ---------------------------------------------------------------------------- Prometheus
 
 STUDY = """\
