@@ -71,6 +71,7 @@ def test_a_port_in_use_is_one_line_naming_the_key(tmp_path):
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, dask_client):
     """Port 0: the endpoint's address is in metrics.json while the study runs; read back there
     by what ``hpsearch status`` uses, it has the coordinator's counts and the workers' figures;
@@ -105,6 +106,39 @@ def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, 
     assert set(live["backlog"]) == {"workers", "disk"}
     assert not (study.layout.study_dir / "metrics.json").exists()
     assert read_endpoint(study.layout.study_dir, "free-port") is None
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_counted_with_its_retry(run_dir, dask_client):
+    """A worker SIGKILLed mid-trial: the endpoint counts one lost worker and one retry."""
+    from hpsearch.metrics import read_endpoint
+    from hpsearch.study import Study
+
+    spec = user_spec("lost-worker", "hpsearch.testing.objectives:steady", n_trials=3)
+    study = Study(spec, run_dir=run_dir, client=dask_client)
+    state: dict = {"killed": False, "after": None}
+
+    def look(progress) -> None:  # type: ignore[no-untyped-def]
+        if progress.running and not state["killed"]:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                busy = [w for w, keys in dask_client.processing().items() if keys]
+                if busy:
+                    pid = dask_client.run(os.getpid, workers=busy[:1])[busy[0]]
+                    os.kill(pid, signal.SIGKILL)
+                    state["killed"] = True
+                    return
+                time.sleep(0.1)
+        elif state["killed"] and state["after"] is None:
+            figures = read_endpoint(study.layout.study_dir, "lost-worker")
+            if figures is not None and figures["losses"]:
+                state["after"] = figures
+
+    result = study.run(on_progress=look)
+    dask_client.wait_for_workers(2, timeout=60)  # the Nanny restarted it, for the next tests
+    assert state["killed"] and state["after"] is not None
+    assert state["after"]["losses"] == 1 and state["after"]["retries"] == 1
+    assert result.progress.ended == 3 and result.progress.failed == 0
 
 
 # ---------------------------------------------------------------------------- Prometheus
