@@ -26,6 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
 from hpsearch.schedulers import PAUSED_AT, TARGET, Job, build_scheduler
 from hpsearch.space import to_distributions
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from hpsearch.cluster import Capacity
+    from hpsearch.metrics import StudyMetrics
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget
@@ -113,6 +115,7 @@ class Coordinator:
         on_progress: Callable[[Progress], None] | None = None,
         objective: Callable[..., float] | None = None,
         storage_url: str | None = None,
+        metrics: StudyMetrics | None = None,
     ) -> None:
         self.spec = spec
         self.objective = objective
@@ -139,6 +142,8 @@ class Coordinator:
         self._capacity_read = time.monotonic()
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
         self.scheduler = build_scheduler(spec)  # asha: pauses and promotions (else None)
+        # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
+        self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -226,6 +231,7 @@ class Coordinator:
             p.failed += 1
         p.running = len(self.in_flight)
         p.last = outcome
+        self.metrics.on_outcome(outcome)
 
     def _emit(self) -> None:
         if self.on_progress is not None:
@@ -349,6 +355,7 @@ class Coordinator:
         if not isinstance(exc, KilledWorker):
             return None
         losses = self._losses_of(info)
+        self.metrics.on_worker_lost(retried=losses <= self.spec.search.max_retries)
         if losses > self.spec.search.max_retries:
             self._last_loss[info.number] = (
                 f"worker lost {losses} time{'s' if losses > 1 else ''}: {exc}"

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from hpsearch.coordinator import Progress
+    from hpsearch.metrics import StudyMetrics
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +349,7 @@ class Study:
         tracker: StudyTracker | None = None
         proxy: StorageProxy | None = None
         study: optuna.Study | None = None
+        metrics: StudyMetrics | None = None
         try:
             with backend as client:
                 cap = capacity(client)
@@ -394,6 +396,16 @@ class Study:
                         "wrote %d trial runs' MLflow records kept from an earlier run", written
                     )
                 proxy = StorageProxy(storage, host=backend.proxy_host).start()
+                if spec.cluster.metrics is not None:
+                    from hpsearch.metrics import StudyMetrics
+
+                    metrics = StudyMetrics(
+                        spec.name,
+                        spec.cluster.metrics,
+                        study_dir=self.layout.study_dir,
+                        client=client,
+                    ).start()
+                    print(f"metrics {metrics.url}", flush=True)
                 coordinator = Coordinator(
                     spec,
                     study,
@@ -408,9 +420,14 @@ class Study:
                     storage_url=self.storage_url
                     if spec.cluster.storage_access == "direct"
                     else None,
+                    metrics=metrics,
                 )
+                if metrics is not None:
+                    metrics.watch(coordinator)
                 with ServerWatch(self.mlflow_uri):
                     progress = coordinator.run()
+                if metrics is not None:
+                    metrics.stop_polling()  # the workers are asked no more; the counts stay up
                 status = "FINISHED"
                 # Every worker's MLflow writes are in, or else saved for the next run.
                 if sum(client.run(flush_tracking, flush_timeout()).values()):
@@ -431,6 +448,8 @@ class Study:
             # workers could not close, the coordinator closes with the trials' true states.
             if proxy is not None:
                 proxy.stop()
+            if metrics is not None:
+                metrics.close()
             best = best_trial(study) if study is not None else None
             if tracker is not None and study is not None:
                 try:

@@ -82,6 +82,8 @@ class TrialContext:
         resumed: whether this trial ran before (a retry or a resumed study), or starts from
             another trial's checkpoint (population-based training).
         stop_at: the step at which a scheduler pauses this trial (None: no pause).
+        figures: the trial's latest ``samples_per_s`` and ``epoch_s``, as it logged them (the
+            study's metrics show them).
 
     A user objective that runs under ``search.scheduler`` (asha or pbt) needs two calls:
     :meth:`load_checkpoint` once at the start, and :meth:`save_checkpoint` after each
@@ -102,6 +104,7 @@ class TrialContext:
     world_size: int = 1
     device_ids: list[str] = field(default_factory=list)
     stop_at: int | None = None
+    figures: dict[str, float] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -114,7 +117,13 @@ class TrialContext:
         return self.rank == 0
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log metrics to the trial's MLflow run at ``step`` (non-blocking; rank 0 only)."""
+        """Log metrics to the trial's MLflow run at ``step`` (non-blocking; rank 0 only).
+
+        ``samples_per_s`` and ``epoch_s`` among them are also the trial's throughput in the
+        study's metrics (the built-in training loop logs both each epoch)."""
+        for key in ("samples_per_s", "epoch_s"):
+            if key in metrics:
+                self.figures[key] = float(metrics[key])
         if self.run is not None:
             self.run.log_metrics(metrics, step)
 

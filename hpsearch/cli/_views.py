@@ -111,12 +111,26 @@ def _print_front(study: Any, *, as_json: bool) -> None:
 
 
 def _status_view(study: Any) -> Any:
+    """The study's counts and running trials: from its metrics endpoint while it runs (the
+    figures Prometheus scrapes, with device use and throughput), from the storage otherwise."""
     from rich.console import Group
     from rich.table import Table
 
+    from hpsearch.metrics import read_endpoint
+
+    live = read_endpoint(study.layout.study_dir, study.spec.name)
     frame = study.trials_dataframe()
     counts = frame["state"].value_counts().to_dict() if len(frame) else {}
     n = study.spec.search.n_trials
+    if live is not None and live["trials"]:
+        t = live["trials"]
+        counts = {
+            "COMPLETE": int(t.get("complete", 0)),
+            "PRUNED": int(t.get("pruned", 0)),
+            "FAIL": int(t.get("failed", 0)),
+            "RUNNING": int(t.get("running", 0)),
+        }
+        n = int(live.get("budget", n))
     ended = sum(counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
     best = study.best_trial
     head = (
@@ -129,8 +143,26 @@ def _status_view(study: Any) -> Any:
     if study.spec.is_multi_objective:
         front = [f"#{t.number}" for t in study.pareto_front()]
         head = head.removesuffix("best -") + f"Pareto front {len(front)} ({', '.join(front)})"
+    lines: list[Any] = [head]
+    if live is not None:
+        sets, backlog = live["sets"], live["backlog"]
+        lines.append(
+            f"live from {live['url']}: {int(live.get('queued', 0))} queued · device sets "
+            f"{int(sets.get('busy', 0))} busy, {int(sets.get('idle', 0))} idle · "
+            f"workers lost {int(live.get('losses', 0))}, trials retried "
+            f"{int(live.get('retries', 0))} · tracking backlog "
+            f"{int(sum(backlog.values()))}"
+        )
+        if live["utilization"]:
+            lines.append(
+                "utilisation: "
+                + ", ".join(
+                    f"{who} {device} {value:.0%}" for who, device, _, value in live["utilization"]
+                )
+            )
+    throughput = live["throughput"] if live is not None else {}
     table = Table(title="running trials", show_header=True)
-    for col in ("trial", "worker", "devices", "epoch", "params"):
+    for col in ("trial", "worker", "devices", "epoch", "samples/s", "epoch s", "params"):
         table.add_column(col)
     running = frame[frame["state"] == "RUNNING"] if len(frame) else frame
     for _, row in running.iterrows():
@@ -140,14 +172,17 @@ def _status_view(study: Any) -> Any:
             if k.startswith("params_")
         )
         last = row["last_step"]
+        figures = throughput.get(int(row["number"]), {})
         table.add_row(
             str(row["number"]),
             str(row["worker"] or "-"),
             str(row["devices"] or "-"),
             "-" if last is None or last != last else str(int(last)),
+            f"{figures['samples_per_s']:.0f}" if "samples_per_s" in figures else "-",
+            f"{figures['epoch_s']:.2f}" if "epoch_s" in figures else "-",
             params,
         )
-    return Group(head, table) if len(running) else Group(head, "no trial running")
+    return Group(*lines, table if len(running) else "no trial running")
 
 
 def status(
@@ -156,7 +191,8 @@ def status(
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 seconds until Ctrl-C."),
 ) -> None:
     """Trials by state, the best value so far, and the running trials with their worker,
-    device set and current epoch."""
+    device set and current epoch; while the study runs, also its queue, device sets, device
+    use, throughput, lost workers and tracking backlog (from its metrics endpoint)."""
     _quiet_logs()
     study = _open_study(target, run_dir)
     console = _console()

@@ -25,7 +25,14 @@ sampler or pruner options against its constructors.
 from __future__ import annotations
 
 from hpsearch._imports import load_user_objective
-from hpsearch.spec._cluster import AdaptSpec, ClusterSpec, KubernetesSpec, SlurmSpec, TlsSpec
+from hpsearch.spec._cluster import (
+    AdaptSpec,
+    ClusterSpec,
+    KubernetesSpec,
+    MetricsSpec,
+    SlurmSpec,
+    TlsSpec,
+)
 from hpsearch.spec._messages import parse_bytes, parse_duration
 from hpsearch.spec._overrides import OVERRIDE_ALIASES
 from hpsearch.spec._params import (
@@ -70,6 +77,7 @@ __all__ = [
     "FloatParam",
     "IntParam",
     "KubernetesSpec",
+    "MetricsSpec",
     "ObjectiveSpec",
     "ParallelSpec",
     "ParamSpec",

@@ -98,6 +98,24 @@ class AdaptSpec(_Spec):
     maximum: _Int = Field(ge=1, description="Most jobs (SLURM) or pods. Required.")
 
 
+class MetricsSpec(_Spec):
+    """The coordinator's Prometheus endpoint (``GET http://HOST:PORT/metrics``)."""
+
+    port: _Int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description=(
+            "The port: 0 (a free one, printed at start and written to RUN_DIR/NAME/metrics.json) "
+            "or 1-65535. Default 0."
+        ),
+    )
+    host: _Str = Field(
+        default="127.0.0.1",
+        description="The address it listens on (0.0.0.0 for every interface). Default 127.0.0.1.",
+    )
+
+
 class ClusterSpec(_Spec):
     """Where trials run."""
 
@@ -155,6 +173,13 @@ class ClusterSpec(_Spec):
             "TLS between the coordinator, the scheduler and the workers: null (none; the local "
             "cluster listens on 127.0.0.1 only), 'auto' (a temporary self-signed setup for the "
             "local cluster) or {ca_file, cert, key}. Default null."
+        ),
+    )
+    metrics: MetricsSpec | None = Field(
+        default_factory=MetricsSpec,
+        description=(
+            "The study's metrics for Prometheus: {port, host}, or null for none. "
+            "Default {port: 0, host: 127.0.0.1}."
         ),
     )
 

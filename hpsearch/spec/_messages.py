@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Annotated, Any, Literal
@@ -249,9 +250,15 @@ def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseMode
     for part in loc:
         field = model.model_fields.get(str(part))
         inner = field.annotation if field is not None else None
-        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+        # An optional section (``SlurmSpec | None``) is the section's model.
+        models = [
+            t
+            for t in (typing.get_args(inner) or (inner,))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+        if not models:
             break
-        model = inner
+        model = models[0]
     return model
 
 

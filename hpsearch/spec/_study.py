@@ -29,7 +29,7 @@ from hpsearch.spec._checks import (
     _check_strategy,
     _validate_strategies,
 )
-from hpsearch.spec._cluster import ClusterSpec, _check_backend
+from hpsearch.spec._cluster import ClusterSpec, MetricsSpec, _check_backend
 from hpsearch.spec._messages import _fields, _Problems, _show, _Spec
 from hpsearch.spec._overrides import _apply_overrides
 from hpsearch.spec._params import ParamSpec, _validate_space
@@ -346,6 +346,9 @@ class StudySpec(_Spec):
                 data["search"].pop(key)
         if scheduler == "none":
             data["search"].pop("scheduler")
+        if data["cluster"].get("metrics") == MetricsSpec().model_dump(mode="json"):
+            # Where the study is watched from is not what it is: the spec_hash stays as it was.
+            data["cluster"].pop("metrics")
         for key in ("sampler", "pruner"):
             strategy = data["search"][key]
             data["search"][key] = (

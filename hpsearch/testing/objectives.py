@@ -1,4 +1,5 @@
-"""Tiny objectives for tests and benchmarks (no training, but for pipeline_transformer)."""
+"""Tiny objectives for tests and benchmarks (no training, but for pipeline_transformer and
+held_training)."""
 
 from __future__ import annotations
 
@@ -280,3 +281,35 @@ def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
         if trial.should_prune():
             raise optuna.TrialPruned()
     return value
+
+
+def held_training(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Three epochs of a tiny regression in torch, each logging ``samples_per_s`` and
+    ``epoch_s`` as the built-in loop does; while the study folder holds a file ``hold``, the
+    trial waits after its first epoch (up to 5 minutes), so a test can look at a study that
+    is surely running."""
+    import torch
+
+    lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+    torch.manual_seed(trial.number)
+    x = torch.randn(4096, 16)
+    y = x @ torch.randn(16, 1) + 0.1 * torch.randn(4096, 1)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss = torch.tensor(0.0)
+    for epoch in range(1, 4):
+        start = time.perf_counter()
+        for i in range(0, len(x), 64):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x[i : i + 64]), y[i : i + 64])
+            loss.backward()
+            opt.step()
+        seconds = time.perf_counter() - start
+        ctx.log_metrics({"samples_per_s": len(x) / seconds, "epoch_s": seconds}, epoch)
+        trial.report(float(loss), epoch)
+        deadline = time.monotonic() + 300
+        while epoch == 1 and (ctx.study_dir / "hold").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return float(loss)

@@ -31,6 +31,7 @@ import optuna
 from hpsearch._optuna import cached_trial
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
+from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
@@ -207,6 +208,8 @@ def execute(
     except Exception:  # the study is unreachable: the run below records why
         study, attempt = None, 1
     resumed = task.resume or attempt > 1
+    # The trial's latest throughput, where the study's metrics poller finds it.
+    figures = trial_figures(task.study_name, task.trial_number)
     run = TrialRun(
         task.tracking,
         task.trial_number,
@@ -250,6 +253,7 @@ def execute(
             world_size=world_size,
             device_ids=devices.label(device_ids).split(","),
             stop_at=task.stop_at,
+            figures=figures,
         )
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
@@ -277,7 +281,7 @@ def execute(
             outcome.state, outcome.last_step = "PAUSED", paused
             outcome.value = cached_trial(tracked).intermediate_values.get(paused)
             run.set_tags({tag.PAUSED_AT: paused})
-            _finish(task, tracked, run, outcome, start)
+            _finish(task, tracked, run, outcome, start, figures)
             return outcome
         outcome.state = "PRUNED"
         decision = tracked.prune_decision if tracked is not None else None
@@ -316,7 +320,7 @@ def execute(
         )
         run.log_text(tb, "traceback.txt")
         outcome.extra["traceback"] = tb
-    _finish(task, tracked, run, outcome, start)
+    _finish(task, tracked, run, outcome, start, figures)
     return outcome
 
 
@@ -333,6 +337,7 @@ def _finish(
     run: TrialRun,
     outcome: TrialOutcome,
     start: float,
+    figures: dict[str, float],
 ) -> None:
     if tracked is not None:
         try:
@@ -345,6 +350,8 @@ def _finish(
         )
         run.log_params(tracked.params)  # parameters suggested inside the objective
     outcome.duration_s = time.perf_counter() - start
+    outcome.extra.update(figures)
+    end_trial(task.study_name, task.trial_number)
     run.finish(outcome.state)
 
 

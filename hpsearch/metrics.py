@@ -1,0 +1,486 @@
+"""A running study's metrics for Prometheus, and the same figures read back.
+
+The coordinator side is :class:`StudyMetrics`: ``hpsearch run`` starts one (``cluster.metrics``)
+that serves ``GET /metrics`` in Prometheus' text format (``prometheus_client``) and writes where
+it listens to ``RUN_DIR/NAME/metrics.json``. Nothing is computed on the trial path: the counts
+are read from the coordinator when Prometheus scrapes, two ``on_*`` calls note what only an
+event says (an ended trial's throughput, a lost worker), and a thread asks the workers every
+few seconds, through ``Client.run``, for what only they know: how busy their devices are, the
+throughput of the trials they run, and the MLflow writes they still hold.
+
+The worker side is :func:`trial_figures` (the runner hands its dict to the trial's context,
+which fills it as the trial logs ``samples_per_s`` and ``epoch_s``) and :func:`worker_figures`.
+
+:func:`read_endpoint` reads a running study's endpoint back (``hpsearch status``).
+
+Every series carries the label ``study``; docs/metrics.md lists them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from hpsearch.coordinator import Coordinator
+    from hpsearch.spec import MetricsSpec
+    from hpsearch.trial import TrialOutcome
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two reads of the workers' figures.
+POLL_S = 2.0
+#: The file in the study's run folder that says where its endpoint listens.
+ENDPOINT_FILE = "metrics.json"
+#: What a trial logs that the metrics show per trial (the built-in loop logs both each epoch).
+THROUGHPUT_KEYS = ("samples_per_s", "epoch_s")
+
+# ------------------------------------------------------------------------- worker side
+
+# (study, trial number) -> the figures of a trial running in this process.
+_live: dict[tuple[str, int], dict[str, float]] = {}
+_procs: dict[int, Any] = {}  # pid -> psutil.Process, kept so cpu_percent measures an interval
+
+
+def trial_figures(study: str, number: int) -> dict[str, float]:
+    """The dict in which a trial running in this process keeps its latest throughput."""
+    figures: dict[str, float] = {}
+    _live[(study, number)] = figures
+    return figures
+
+
+def end_trial(study: str, number: int) -> None:
+    _live.pop((study, number), None)
+
+
+def _cpu_share(threads: int) -> float:
+    """This process's and its children's (rank processes') CPU use since the last call, as a
+    share of the worker's threads."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    seen = set()
+    for proc in [me, *me.children(recursive=True)]:
+        seen.add(proc.pid)
+        kept = _procs.setdefault(proc.pid, proc)
+        with contextlib.suppress(psutil.Error):
+            total += kept.cpu_percent(None)  # 0.0 at its first call
+    for pid in set(_procs) - seen:
+        del _procs[pid]
+    return total / (100.0 * max(1, threads))
+
+
+def _gpu_use(ids: tuple[int, ...]) -> dict[str, float] | None:
+    """NVML's utilisation of each GPU (0-1), or None without nvidia-ml-py or a driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        out = {}
+        for i in ids:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            out[f"cuda:{i}"] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        return out
+    except Exception as exc:
+        log.debug("NVML: %s", exc)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def worker_figures(study: str, dask_worker: Any = None) -> dict[str, Any]:
+    """What this worker knows for the study's metrics (run on every worker by ``Client.run``):
+    its devices' utilisation, the throughput of the study's trials running in this process and
+    the MLflow writes it has not made yet."""
+    import sys
+
+    from hpsearch.cluster._env import WorkerDevices
+
+    devices = WorkerDevices.from_env()
+    label = devices.label(devices.ids)
+    use = _gpu_use(devices.ids) if devices.kind == "cuda" else None
+    if use is None:  # CPU slots (or GPUs without NVML): the worker's share of its cores
+        use = {label: _cpu_share(devices.threads)}
+        kind = "cpu"
+    else:
+        kind = "gpu"
+    writer = sys.modules.get("hpsearch.tracking._writer")
+    return {
+        "name": str(getattr(dask_worker, "name", "") or ""),
+        "kind": kind,
+        "utilization": use,
+        "trials": {n: dict(f) for (s, n), f in list(_live.items()) if s == study and f},
+        "tracking_pending": writer.writer.pending() if writer is not None else 0,
+    }
+
+
+# ------------------------------------------------------------------------- coordinator side
+
+
+class NoMetrics:
+    """What the coordinator calls when the study has no metrics endpoint: nothing."""
+
+    def on_outcome(self, outcome: TrialOutcome) -> None:
+        pass
+
+    def on_worker_lost(self, *, retried: bool) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
+
+
+class StudyMetrics(NoMetrics):
+    """A study's Prometheus endpoint: start it, :meth:`watch` the coordinator, :meth:`close`.
+
+    Args:
+        study: the study's name (the ``study`` label of every series).
+        spec: ``cluster.metrics``.
+        study_dir: the study's run folder (``metrics.json`` goes there; its tracking backlog
+            is counted).
+        client: the Dask client whose workers are asked for their figures.
+    """
+
+    def __init__(self, study: str, spec: MetricsSpec, *, study_dir: Path, client: Client) -> None:
+        self.study = study
+        self.spec = spec
+        self.study_dir = Path(study_dir)
+        self.client = client
+        self.coordinator: Coordinator | None = None
+        self.losses = 0
+        self.retries = 0
+        self._ended: dict[int, dict[str, float]] = {}  # trial number -> its last throughput
+        self._workers: dict[str, dict[str, Any]] = {}  # address -> its latest figures
+        self._disk_backlog = 0
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._server: Any = None
+        self.url = ""
+
+    # ------------------------------------------------------------ life
+
+    def start(self) -> StudyMetrics:
+        """Listen on ``host:port`` (port 0: a free one), write ``metrics.json``, start polling."""
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from hpsearch.exceptions import ClusterError
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        try:
+            self._server, _ = start_http_server(
+                self.spec.port, addr=self.spec.host, registry=registry
+            )
+        except OSError as exc:
+            raise ClusterError(
+                f"cluster.metrics: cannot listen on {self.spec.host}:{self.spec.port} "
+                f"({exc.strerror or exc}); choose another port, or port: 0 for a free one"
+            ) from None
+        port = int(self._server.server_port)
+        host = "127.0.0.1" if self.spec.host in ("0.0.0.0", "", "::") else self.spec.host
+        self.url = f"http://{host}:{port}/metrics"
+        self.study_dir.mkdir(parents=True, exist_ok=True)
+        path = self.study_dir / ENDPOINT_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": self.url, "port": port, "pid": os.getpid()}))
+        os.replace(tmp, path)
+        self._poller = threading.Thread(target=self._poll, name="hpsearch-metrics", daemon=True)
+        self._poller.start()
+        return self
+
+    def watch(self, coordinator: Coordinator) -> None:
+        """Read the counts from ``coordinator`` from now on."""
+        self.coordinator = coordinator
+
+    def stop_polling(self) -> None:
+        """Stop asking the workers (before the cluster closes); the endpoint stays up."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=30)
+
+    def close(self) -> None:
+        self.stop_polling()
+        with contextlib.suppress(FileNotFoundError):
+            (self.study_dir / ENDPOINT_FILE).unlink()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> StudyMetrics:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ events (the trial path)
+
+    def on_outcome(self, outcome: TrialOutcome) -> None:
+        figures = {k: float(outcome.extra[k]) for k in THROUGHPUT_KEYS if k in outcome.extra}
+        if figures:
+            self._ended[outcome.trial_number] = figures
+
+    def on_worker_lost(self, *, retried: bool) -> None:
+        self.losses += 1
+        self.retries += int(retried)
+
+    # ------------------------------------------------------------ the workers
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(POLL_S)
+
+    def poll_once(self) -> None:
+        try:
+            answers = self.client.run(worker_figures, self.study, on_error="return")
+        except Exception as exc:  # the scheduler is restarting or gone: keep what we know
+            log.debug("worker figures not read: %s", exc)
+            answers = None
+        if answers is not None:
+            self._workers = {a: r for a, r in answers.items() if isinstance(r, dict)}
+        folder = self.study_dir / "tracking-backlog"
+        try:
+            self._disk_backlog = sum(1 for _ in folder.glob("*.json"))
+        except OSError:
+            self._disk_backlog = 0
+
+    # ------------------------------------------------------------ the scrape
+
+    def _in_flight(self) -> list[Any]:
+        """The coordinator's trials in flight (read from the server's thread: retry a change)."""
+        c = self.coordinator
+        for _ in range(5):
+            try:
+                return list(c.in_flight.values()) if c is not None else []
+            except RuntimeError:  # changed size during the copy
+                continue
+        return []
+
+    def figures(self) -> Iterator[tuple[str, str, str, dict[str, str], float]]:
+        """Every sample: (name, type, help, labels without ``study``, value)."""
+        c = self.coordinator
+        if c is not None:
+            p = c.progress
+            for state, n in (
+                ("complete", p.complete),
+                ("pruned", p.pruned),
+                ("failed", p.failed),
+                ("running", p.running),
+            ):
+                yield "hpsearch_trials", "gauge", _HELP["trials"], {"state": state}, n
+            yield "hpsearch_trials_budget", "gauge", _HELP["budget"], {}, p.n_trials
+            yield "hpsearch_trials_queued", "gauge", _HELP["queued"], {}, len(c._pending)
+            if p.best_value is not None and math.isfinite(p.best_value):
+                yield "hpsearch_best_value", "gauge", _HELP["best"], {}, p.best_value
+                yield "hpsearch_best_trial", "gauge", _HELP["best_trial"], {}, p.best_number or 0
+            flying = self._in_flight()
+            busy = len(flying)
+            yield "hpsearch_device_sets", "gauge", _HELP["sets"], {"state": "busy"}, busy
+            idle = max(0, c.max_concurrent - busy)
+            yield "hpsearch_device_sets", "gauge", _HELP["sets"], {"state": "idle"}, idle
+            if c.capacity.key is not None:
+                used = sum(f.size for f in flying)
+                kind = c.capacity.key.lower()
+                total = c.capacity.total
+                for state, n in (("busy", used), ("idle", max(0.0, total - used))):
+                    yield (
+                        "hpsearch_devices",
+                        "gauge",
+                        _HELP["devices"],
+                        {
+                            "state": state,
+                            "kind": kind,
+                        },
+                        n,
+                    )
+        yield "hpsearch_worker_losses_total", "counter", _HELP["losses"], {}, self.losses
+        yield "hpsearch_trial_retries_total", "counter", _HELP["retries"], {}, self.retries
+        workers = dict(self._workers)
+        pending = sum(int(w.get("tracking_pending", 0)) for w in workers.values())
+        yield "hpsearch_tracking_backlog", "gauge", _HELP["backlog"], {"where": "workers"}, pending
+        yield (
+            "hpsearch_tracking_backlog",
+            "gauge",
+            _HELP["backlog"],
+            {"where": "disk"},
+            self._disk_backlog,
+        )
+        yield "hpsearch_workers", "gauge", _HELP["workers"], {}, len(workers)
+        for address, w in sorted(workers.items()):
+            for device, value in sorted(w.get("utilization", {}).items()):
+                labels = {
+                    "worker": address,
+                    "name": w.get("name", ""),
+                    "device": device,
+                    "kind": w.get("kind", ""),
+                }
+                yield "hpsearch_device_utilization", "gauge", _HELP["util"], labels, value
+        trials = dict(self._ended)
+        running = {f.number for f in self._in_flight()}
+        for w in workers.values():
+            for number, figures in w.get("trials", {}).items():
+                if int(number) in running:
+                    trials[int(number)] = figures
+        for number, figures in sorted(trials.items()):
+            labels = {"trial": str(number)}
+            if "samples_per_s" in figures:
+                yield (
+                    "hpsearch_trial_samples_per_second",
+                    "gauge",
+                    _HELP["sps"],
+                    labels,
+                    figures["samples_per_s"],
+                )
+            if "epoch_s" in figures:
+                yield (
+                    "hpsearch_trial_epoch_seconds",
+                    "gauge",
+                    _HELP["epoch"],
+                    labels,
+                    figures["epoch_s"],
+                )
+
+
+_HELP = {
+    "trials": "Trials of the study by state (complete, pruned, failed, running).",
+    "budget": "The study's trial budget (search.n_trials).",
+    "queued": "Trials in the study waiting for a free device set.",
+    "best": "The best objective value so far.",
+    "best_trial": "The number of the best trial so far.",
+    "sets": "Device sets (trial slots) busy with a trial, and idle.",
+    "devices": "Devices (GPUs or CPU slots) busy with a trial, and idle.",
+    "losses": "Workers lost while they ran one of the study's trials.",
+    "retries": "Trials run again after their worker was lost.",
+    "backlog": "MLflow writes not made yet: held by workers, and kept on disk for a later run.",
+    "workers": "Workers that answered the latest read.",
+    "util": "Utilisation of a worker's devices, 0-1 (NVML on GPUs; the CPU share on slots).",
+    "sps": "Training samples per second of the trial's latest epoch.",
+    "epoch": "Seconds of the trial's latest epoch (train and evaluate).",
+}
+
+
+class _Collector:
+    """Builds the metric families from :meth:`StudyMetrics.figures` at each scrape."""
+
+    def __init__(self, metrics: StudyMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        families: dict[str, Any] = {}
+        for name, kind, help_text, labels, value in self.metrics.figures():
+            keys = ["study", *labels]
+            family = families.get(name)
+            if family is None:
+                if kind == "counter":
+                    family = CounterMetricFamily(name[: -len("_total")], help_text, labels=keys)
+                else:
+                    family = GaugeMetricFamily(name, help_text, labels=keys)
+                families[name] = family
+            family.add_metric([self.metrics.study, *labels.values()], float(value))
+        yield from families.values()
+
+
+# ------------------------------------------------------------------------- reading it back
+
+
+def endpoint_url(study_dir: Path) -> str | None:
+    """The URL in the study's ``metrics.json``, or None when it has none."""
+    try:
+        return str(json.loads((Path(study_dir) / ENDPOINT_FILE).read_text())["url"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def read_endpoint(study_dir: Path, study: str, *, timeout: float = 3.0) -> dict[str, Any] | None:
+    """The figures of a running study from its endpoint, or None when it does not answer.
+
+    Returns ``{"url", "trials": {state: n}, "budget", "queued", "best", "best_trial",
+    "sets": {state: n}, "devices": {state: n}, "losses", "retries", "backlog": {where: n},
+    "workers", "utilization": [(name or address, device, kind, value)],
+    "throughput": {trial: {"samples_per_s", "epoch_s"}}}``.
+    """
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = endpoint_url(study_dir)
+    if url is None:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None
+    out: dict[str, Any] = {
+        "url": url,
+        "trials": {},
+        "sets": {},
+        "devices": {},
+        "backlog": {},
+        "utilization": [],
+        "throughput": {},
+    }
+    scalars = {
+        "hpsearch_trials_budget": "budget",
+        "hpsearch_trials_queued": "queued",
+        "hpsearch_best_value": "best",
+        "hpsearch_best_trial": "best_trial",
+        "hpsearch_worker_losses_total": "losses",
+        "hpsearch_trial_retries_total": "retries",
+        "hpsearch_workers": "workers",
+    }
+    by_label = {
+        "hpsearch_trials": ("trials", "state"),
+        "hpsearch_device_sets": ("sets", "state"),
+        "hpsearch_devices": ("devices", "state"),
+        "hpsearch_tracking_backlog": ("backlog", "where"),
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels, value = sample.labels, sample.value
+            if labels.get("study") != study:
+                continue
+            name = sample.name
+            if name in scalars:
+                out[scalars[name]] = value
+            elif name in by_label:
+                key, label = by_label[name]
+                out[key][labels[label]] = value
+            elif name == "hpsearch_device_utilization":
+                who = labels.get("name") or labels.get("worker", "")
+                out["utilization"].append((who, labels["device"], labels.get("kind", ""), value))
+            elif name in ("hpsearch_trial_samples_per_second", "hpsearch_trial_epoch_seconds"):
+                key = "samples_per_s" if name.endswith("second") else "epoch_s"
+                out["throughput"].setdefault(int(labels["trial"]), {})[key] = value
+    return out
+
+
+def wait_for_endpoint(study_dir: Path, *, timeout: float) -> str | None:
+    """The endpoint's URL once ``metrics.json`` appears (for tests and scripts), or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        url = endpoint_url(study_dir)
+        if url is not None:
+            return url
+        time.sleep(0.2)
+    return None
