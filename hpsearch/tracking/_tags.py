@@ -54,6 +54,13 @@ PRUNE_REASON = "hpsearch.prune_reason"
 PRUNE_STEP = "hpsearch.prune_step"
 PRUNE_VALUE = "hpsearch.prune_value"
 
+# A trial stopped by Ctrl-C or SIGTERM: still RUNNING in the study, to resume on the next run.
+#: "true" on its MLflow run (ended KILLED) and True as its Optuna user attribute while it
+#: waits; the attribute is False again once the trial runs on.
+INTERRUPTED = "hpsearch.interrupted"
+#: How many times the trial was interrupted (its starts that were not worker losses).
+INTERRUPTIONS = "hpsearch.interruptions"
+
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000
 
