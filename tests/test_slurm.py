@@ -66,6 +66,7 @@ def test_a_study_runs_on_real_slurm_jobs(tmp_path):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        cwd=tmp_path,  # its artifacts folder
         start_new_session=True,
     )
     try:
