@@ -9,7 +9,8 @@ ends it FAIL with the reason ("worker lost 3 times: ..."). Nothing waits on a ti
 
 The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in the study
 as a whole, so running the same study again resumes it: trials an earlier coordinator left
-RUNNING are run again (from their checkpoints), and only the missing trials are asked for.
+RUNNING (killed, or interrupted by Ctrl-C: see :mod:`hpsearch.interruption`) are run again
+(from their checkpoints), and only the missing trials are asked for.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class Coordinator:
         self.scheduler = build_scheduler(spec)  # asha: pauses and promotions (else None)
         # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
         self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
+        self.interrupted = 0  # trials left to resume by an interruption
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -338,11 +340,13 @@ class Coordinator:
     def _losses_of(self, info: _InFlight) -> int:
         """How many times this trial's worker was lost: counted here, or by its starts
         (where Dask retried the task on other workers before giving up)."""
+        from hpsearch.interruption import interruptions
         from hpsearch.trial import ATTEMPT_ATTR
 
         self._losses[info.number] = self._losses.get(info.number, 0) + 1
         try:
-            starts = int(self._storage.get_trial(info.trial_id).user_attrs.get(ATTEMPT_ATTR, 0))
+            attrs = self._storage.get_trial(info.trial_id).user_attrs
+            starts = int(attrs.get(ATTEMPT_ATTR, 0)) - interruptions(attrs)
         except Exception:
             starts = 0
         return max(self._losses[info.number], starts)
@@ -440,6 +444,8 @@ class Coordinator:
         """
         from distributed import as_completed
 
+        from hpsearch.interruption import clear_interrupted
+
         spec = self.spec.search
         deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
         trials = self._count()
@@ -450,6 +456,7 @@ class Coordinator:
             if t.state == TrialState.RUNNING
         ]
         to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
+        clear_interrupted(self._storage, (t for t in trials if t.state == TrialState.RUNNING))
         if self.scheduler is not None:  # paused trials wait for a promotion, not a rerun
             ready = [self._job(job) for job in self.scheduler.restore(trials)]
         # Results are gathered on the client's event loop as futures finish: no round trip
@@ -520,26 +527,26 @@ class Coordinator:
         self._emit()
         return self.progress
 
-    def interrupt(self, reason: str = "interrupted") -> None:
-        """Stop every trial in flight (or asked and waiting); record it as FAIL with ``reason``."""
-        for item in self._pending:
-            outcome = TrialOutcome(item.number, "FAIL", reason=reason)
-            self._tell(_InFlight(item.number, item.trial_id, 0.0), outcome)
-            self._count_outcome(outcome)
+    def interrupt(self) -> None:
+        """Stop every trial in flight (or asked and waiting) without ending it: it stays
+        RUNNING in the study, marked interrupted, and resumes on the next run (see
+        :mod:`hpsearch.interruption`); it is not counted as ended."""
+        from hpsearch.interruption import mark_interrupted
+
+        waiting = [item.trial_id for item in self._pending]
+        waiting += [info.trial_id for info in self.in_flight.values()]
         self._pending = []
-        if not self.in_flight:
-            return
         futures = list(self.in_flight)
-        try:
-            self.client.cancel(futures, force=True)
-        except Exception as exc:  # the cluster may already be gone
-            log.debug("cancel failed: %s", exc)
-        for future in futures:
-            info = self.in_flight.pop(future)
-            outcome = TrialOutcome(info.number, "FAIL", reason=reason)
-            self._tell(info, outcome)
-            self._count_outcome(outcome)
+        self.in_flight.clear()
         self.progress.running = 0
+        # Marked first: whatever happens next (a second Ctrl-C), the study says what waits.
+        mark_interrupted(self._storage, waiting)
+        if futures:
+            try:
+                self.client.cancel(futures, force=True)
+            except Exception as exc:  # the cluster may already be gone
+                log.debug("cancel failed: %s", exc)
+        self.interrupted = len(waiting)
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -92,8 +92,12 @@ class Study:
 
     def _close_tracking(self, tracker: Any, study: optuna.Study, best: Any, status: str) -> None:
         """Close every trial's run with its true state and record the summary on the study's run."""
+        from hpsearch.interruption import close_interrupted_runs
+
         trials = study.get_trials(deepcopy=False)
         tracker.reconcile(trials)
+        # Trials an interruption left to resume: their runs end KILLED, tagged to say so.
+        close_interrupted_runs(tracker.client, tracker.target, trials)
         if best is not None:
             try:
                 tracker.copy_best_images(best.number)

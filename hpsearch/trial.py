@@ -135,6 +135,24 @@ class TrialContext:
         if self.run is not None:
             self.run.set_tags(tags)
 
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Keep this trial's state (anything ``torch.save`` takes: a step, model and
+        optimizer ``state_dict()``s), so that a trial run again (its worker lost, the study
+        interrupted and run again) goes on from here. Written atomically before it returns;
+        rank 0 only (the other ranks do nothing)."""
+        if self.rank == 0:
+            self._checkpoints().save(dict(state), background=False)
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """The state of the last :meth:`save_checkpoint` of this trial, or ``None`` (a first
+        start, or no checkpoint that verifies). Every rank may read it."""
+        return self._checkpoints().load() if self.resumed else None
+
+    def _checkpoints(self) -> Any:
+        from hpsearch.training._checkpoint import CheckpointStore
+
+        return CheckpointStore(self.checkpoint_dir / "objective", self.trial_number)
+
     def log_image(self, image: Any, artifact_file: str) -> None:
         """Log an ``H x W x 3`` uint8 image as an artifact of the trial's run (rank 0 only)."""
         if self.run is not None:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from hpsearch.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
+USER_METRIC = "value"
 GOOD = """\
 name: tiny
 objective: {model: "hpsearch.testing.objectives:staircase", direction: minimize}
@@ -142,57 +143,157 @@ def test_run_command_end_to_end(tmp_path):
     assert len(study.trials) == 3
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_cleanly(tmp_path):
-    study_file = tmp_path / "slow.yaml"
-    study_file.write_text(GOOD.replace("staircase", "sleepy").replace("name: tiny", "name: slow"))
-    proc = _hpsearch("run", str(study_file), cwd=tmp_path, start_new_session=True)
-    journal = tmp_path / "runs" / "slow" / "optuna.journal"
-    children: set[int] = set()
-    deadline = time.monotonic() + 120
+RESUMABLE = """\
+name: resumable
+objective: {model: "hpsearch.testing.objectives:checkpointed", direction: maximize}
+space: {x: {type: float, low: 0.0, high: 1.0}}
+search: {n_trials: 3, sampler: random, pruner: none}
+cluster: {n_workers: 2}
+"""
+
+
+def _resumable_study(tmp_path: Path):
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    # Wait until trials are really running (they report once a second).
+    journal = tmp_path / "runs" / "resumable" / "optuna.journal"
+    if not journal.exists():
+        return None
+    try:
+        return optuna.load_study(
+            study_name="resumable", storage=JournalStorage(JournalFileBackend(str(journal)))
+        )
+    except KeyError:  # the journal is there, the study not yet
+        return None
+
+
+def _start_and_wait(tmp_path: Path, study_file: Path, ready) -> tuple[subprocess.Popen, set[int]]:
+    """Start ``hpsearch run`` in its own process group; return once ``ready(study)``."""
+    proc = _hpsearch("run", str(study_file), cwd=tmp_path, start_new_session=True)
+    children: set[int] = set()
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the study ended before it was interrupted:\n{proc.stdout.read()}")
         children |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-        if journal.exists():
-            try:
-                study = optuna.load_study(
-                    study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal)))
-                )
-            except KeyError:  # the journal is there, the study not yet
-                pass
-            else:
-                if sum(1 for t in study.trials if t.intermediate_values) >= 2:
-                    break
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the study never started")
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
-    assert "Traceback" not in out
-    assert "interrupted" in out
-    time.sleep(1.0)
-    assert not [
+        study = _resumable_study(tmp_path)
+        if study is not None and ready(study):
+            return proc, children
+        time.sleep(0.3)
+    proc.kill()
+    pytest.fail("the study never got to the point of the interruption")
+
+
+def _gone(children: set[int]) -> bool:
+    return not [
         pid
         for pid in children
         if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     ]
-    study = optuna.load_study(
-        study_name="slow", storage=JournalStorage(JournalFileBackend(str(journal)))
-    )
-    assert study.trials and all(t.state.is_finished() for t in study.trials)
-    assert all(t.user_attrs.get("hpsearch.fail_reason") == "interrupted" for t in study.trials)
+
+
+def _trial_runs(tmp_path: Path) -> list:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("slow")
+    exp = client.get_experiment_by_name("resumable")
     runs = client.search_runs([exp.experiment_id])
-    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+    return client, [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_trials_to_resume_and_a_rerun_finishes_the_budget(tmp_path):
+    study_file = tmp_path / "resumable.yaml"
+    study_file.write_text(RESUMABLE)
+
+    from optuna.trial import TrialState
+
+    # 1. Ctrl-C (to the whole process group, as a terminal sends it) once two trials have
+    # checkpointed a few steps.
+    proc, children = _start_and_wait(
+        tmp_path,
+        study_file,
+        lambda s: (
+            sum(t.state == TrialState.RUNNING and len(t.intermediate_values) >= 2 for t in s.trials)
+            >= 2
+        ),
+    )
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    assert "resume" in out
+    time.sleep(1.0)
+    assert _gone(children), "the cluster and its processes are stopped"
+
+    study = _resumable_study(tmp_path)
+    waiting = [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert len(waiting) >= 2
+    assert not [t for t in study.trials if t.state == TrialState.FAIL], "nothing FAIL"
+    assert all(t.user_attrs.get("hpsearch.interrupted") is True for t in waiting)
+    assert all(t.user_attrs.get("hpsearch.interruptions") == 1 for t in waiting)
+    client, runs = _trial_runs(tmp_path)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    interrupted = {
+        int(r.data.tags["hpsearch.trial_number"]): r
+        for r in runs
+        if r.data.tags.get("hpsearch.interrupted") == "true"
+    }
+    assert {t.number for t in waiting} >= set(interrupted) and len(interrupted) >= 2
+    assert all(r.info.status == "KILLED" for r in interrupted.values())
+
+    # 2. Run again, and press Ctrl-C twice once the resumed trials went on: the second one
+    # stops the process at once.
+    steps_before = {t.number: len(t.intermediate_values) for t in waiting}
+    proc, children = _start_and_wait(
+        tmp_path,
+        study_file,
+        lambda s: any(
+            len(t.intermediate_values) > steps_before.get(t.number, 99) for t in s.trials
+        ),
+    )
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "stopped at once" in out
+    deadline = time.monotonic() + 60
+    while not _gone(children) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _gone(children), "the workers follow their coordinator out"
+
+    # 3. The last run finishes the budget: exactly n_trials ended, no duplicate, each
+    # interrupted trial went on from its checkpoint, every MLflow run closed.
+    proc = _hpsearch("run", str(study_file), cwd=tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "3 trials ended" in out
+    study = _resumable_study(tmp_path)
+    assert [t.number for t in study.trials] == [0, 1, 2]
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert all(sorted(t.intermediate_values) == list(range(8)) for t in study.trials)
+    assert not [t for t in study.trials if t.user_attrs.get("hpsearch.interrupted")]
+    folder = tmp_path / "runs" / "resumable"
+    for number in interrupted:
+        noted = (folder / f"notes-{number}-rank0.txt").read_text().split("\n")
+        # Started once from step 0; each later start went on after its last checkpoint.
+        assert noted.count("step 0") == 1, noted
+        assert {f"step {i}" for i in range(8)} <= set(noted)
+    client, runs = _trial_runs(tmp_path)
+    assert sorted(int(r.data.tags["hpsearch.trial_number"]) for r in runs) == [0, 1, 2]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, USER_METRIC)
+        assert sorted(m.step for m in history) == list(range(8)), "every step once"
+        if int(run.data.tags["hpsearch.trial_number"]) in interrupted:
+            assert (
+                run.info.run_id
+                == interrupted[int(run.data.tags["hpsearch.trial_number"])].info.run_id
+            )
+            assert "hpsearch.interrupted" not in run.data.tags
+            assert int(run.data.tags["hpsearch.attempt"]) >= 2
 
 
 def test_an_unreachable_tracking_server_is_one_line_at_start(tmp_path):

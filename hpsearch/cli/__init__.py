@@ -2,7 +2,8 @@
 
 Exit codes: 0 when the study ran to its budget (whatever its trials' states), 2 for bad
 input or an environment that cannot run the study (one line per problem, no traceback,
-nothing created), 1 for an internal failure, 130 when interrupted.
+nothing created), 1 for an internal failure, 130 when interrupted (the trials in flight
+then resume on the next run; a second Ctrl-C stops at once).
 
 ``worker`` is in ``_worker``, the views of a study that has run (``best``, ``status``,
 ``report``, ``ui``) in ``_views``, what the commands share in ``_common``.
@@ -16,7 +17,13 @@ from typing import Any
 
 import typer
 
-from hpsearch.cli._common import _console, _quiet_logs, _redact, _sigterm_as_interrupt, _user_error
+from hpsearch.cli._common import (
+    _console,
+    _interrupt_then_stop,
+    _quiet_logs,
+    _redact,
+    _user_error,
+)
 from hpsearch.cli._views import best, report, status, ui
 from hpsearch.cli._worker import worker
 from hpsearch.pareto import describe_goal
@@ -117,7 +124,7 @@ def run(
 
     console = _console()
     _quiet_logs()
-    _sigterm_as_interrupt()
+    _interrupt_then_stop()
     study = Study(spec, run_dir=run_dir)
     try:
         from hpsearch.tracking import check_reachable
@@ -138,8 +145,8 @@ def run(
         raise _user_error(exc) from None
     except KeyboardInterrupt:
         _console(stderr=True).print(
-            "[yellow]interrupted:[/] trials in flight were recorded as FAIL (interrupted); "
-            "run the same command again to continue the study"
+            "[yellow]interrupted:[/] the trials in flight are not ended: run the same "
+            "command again and they resume from their last checkpoint"
         )
         raise typer.Exit(130) from None
     _summary(console, result)

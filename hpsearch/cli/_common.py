@@ -1,8 +1,9 @@
-"""What the commands share: the console, user errors (exit 2), quiet logs, SIGTERM as Ctrl-C,
-redacted URLs."""
+"""What the commands share: the console, user errors (exit 2), quiet logs, SIGTERM as Ctrl-C
+(and a second Ctrl-C that stops at once), redacted URLs."""
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any
 
@@ -24,7 +25,6 @@ def _user_error(exc: Exception) -> typer.Exit:
 
 def _quiet_logs() -> None:
     import logging
-    import os
     import warnings
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -43,6 +43,27 @@ def _sigterm_as_interrupt() -> None:
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupt_then_stop() -> None:
+    """Ctrl-C or SIGTERM: the first interrupts (KeyboardInterrupt: the trials in flight are
+    left to resume), a second one stops the process at once."""
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if seen:
+            os.write(2, b"stopped at once; the next run of this study resumes it\n")
+            os._exit(130)
+        seen.append(signum)
+        os.write(
+            2,
+            b"interrupting: the trials in flight stop and will resume from their last "
+            b"checkpoint on the next run (Ctrl-C again to stop at once)\n",
+        )
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
 
 

@@ -93,6 +93,20 @@ def sleepy(trial: optuna.Trial) -> float:
     return x
 
 
+def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Eight steps of 1.5 seconds, checkpointed after each through the trial's context: a
+    trial run again goes on after its last checkpoint (the steps each start ran are noted)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    state = ctx.load_checkpoint()
+    first = int(state["step"]) + 1 if state else 0
+    for step in range(first, 8):
+        _note(ctx, trial, f"step {step}")
+        trial.report(x + 0.01 * step, step)
+        ctx.save_checkpoint({"step": step})
+        time.sleep(1.5)
+    return x
+
+
 def _note(ctx: TrialContext, trial: optuna.Trial, text: str) -> None:
     """Append a line to this rank's notes file in the study folder (for tests)."""
     folder = ctx.study_dir

@@ -64,6 +64,13 @@ PAUSED_AT = "hpsearch.paused_at"
 PARENT_TRIAL = "hpsearch.parent_trial"
 FROM_EPOCH = "hpsearch.from_epoch"
 
+# A trial stopped by Ctrl-C or SIGTERM: still RUNNING in the study, to resume on the next run.
+#: "true" on its MLflow run (ended KILLED) and True as its Optuna user attribute while it
+#: waits; the attribute is False again once the trial runs on.
+INTERRUPTED = "hpsearch.interrupted"
+#: How many times the trial was interrupted (its starts that were not worker losses).
+INTERRUPTIONS = "hpsearch.interruptions"
+
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000
 

@@ -100,8 +100,11 @@ class TrialRun:
             ).info.run_id
         else:
             # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
-            for key in client.get_run(run_id).data.metrics:
+            earlier = client.get_run(run_id).data
+            for key in earlier.metrics:
                 self._held.update((key, m.step) for m in client.get_metric_history(run_id, key))
+            if tag.INTERRUPTED in earlier.tags and not self._closed:
+                client.delete_tag(run_id, tag.INTERRUPTED)  # it runs on: no longer waiting
             self._set_tags_now(client, run_id, self._start_tags)
         return run_id
 
