@@ -65,7 +65,9 @@ class TrialRun:
         self._scheduled = False
         self._logged_params: dict[str, str] = {}
         self._finishing = threading.Event()
-        self._last_drain = 0.0
+        # The first write waits like a metric batch (or until the trial ends): a trial shorter
+        # than BATCH_INTERVAL creates its run once, already ended (see _open).
+        self._last_drain = time.monotonic()
         self._held: set[tuple[str, int]] = set()  # (metric, step) pairs the run already has
         self._inflight: tuple[list[Any], dict[str, str], dict[str, str]] = ([], {}, {})
         self._resume = resume
@@ -93,11 +95,25 @@ class TrialRun:
                         run_id, status="RUNNING", name=tag.run_name(self.trial_number)
                     )
         if run_id is None:
-            run_id = self.run_id = client.create_run(
-                self.target.experiment_id,
-                tags=self._start_tags,
-                run_name=tag.run_name(self.trial_number),
-            ).info.run_id
+            tags, name = self._start_tags, tag.run_name(self.trial_number)
+            with self._lock:
+                if self._final is not None:
+                    # The trial ended before its run was created (a short trial): the run is
+                    # born with its final tags and name, which saves the store a renaming
+                    # update (the costliest of a short trial's writes on SQLite).
+                    final_tags, self._tags = self._tags, {}
+                    tags = {**tags, **final_tags}
+                    name = tags.pop(tag.RUN_NAME, name)
+                else:
+                    final_tags = {}
+            try:
+                run_id = self.run_id = client.create_run(
+                    self.target.experiment_id, tags=tags, run_name=name
+                ).info.run_id
+            except Exception:
+                with self._lock:  # kept for the writer's retry
+                    self._tags = {**final_tags, **self._tags}
+                raise
         else:
             # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
             earlier = client.get_run(run_id).data

@@ -1,0 +1,74 @@
+"""A trial's MLflow run as the worker writes it: short trials and long ones end the same way."""
+
+from __future__ import annotations
+
+import time
+
+from hpsearch.tracking import BATCH_INTERVAL, StudyTracker, TrialRun, flush, tag
+
+
+def _target(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = StudyTracker(
+        uri, "writes", "writes", metric="loss", artifact_root=tmp_path / "artifacts"
+    )
+    return tracker.open(storage_url="journal://x", tags={}, spec_yaml="name: writes\n")
+
+
+def _trial_runs(target):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(target.uri)
+    runs = client.search_runs([target.experiment_id])
+    return {int(r.data.tags[tag.TRIAL_NUMBER]): r for r in runs if tag.TRIAL_NUMBER in r.data.tags}
+
+
+def _check_ended(run, number, state, status, params):
+    assert run.info.status == status
+    assert run.info.end_time is not None
+    assert run.info.run_name == tag.run_name(number, state)
+    assert run.data.tags[tag.STATE] == state
+    assert run.data.tags[tag.WORKER] == "w0"
+    assert dict(run.data.params) == params
+
+
+def test_a_short_trial_and_a_long_one_end_with_the_same_record(tmp_path):
+    target = _target(tmp_path)
+    # Short: it ends before its run is written; the run is created once, already ended.
+    short = TrialRun(target, 0, tags={tag.WORKER: "w0"}, resume=False)
+    short.log_params({"x": 1.5})
+    short.log_metrics({"loss": 0.25}, 0)
+    short.finish("COMPLETE")
+    # Long: its run is RUNNING while it trains, and ends like the short one.
+    long = TrialRun(target, 1, tags={tag.WORKER: "w0"}, resume=False)
+    long.log_params({"x": 2.5})
+    deadline = time.monotonic() + 60
+    while 1 not in _trial_runs(target) and time.monotonic() < deadline:
+        time.sleep(BATCH_INTERVAL / 4)
+    running = _trial_runs(target)[1]
+    assert running.info.status == "RUNNING"
+    assert running.info.run_name == tag.run_name(1)
+    long.log_metrics({"loss": 0.5}, 0)
+    long.finish("PRUNED")
+    assert flush(60) == 0
+
+    runs = _trial_runs(target)
+    assert set(runs) == {0, 1}  # one run per trial
+    _check_ended(runs[0], 0, "COMPLETE", "FINISHED", {"x": "1.5"})
+    _check_ended(runs[1], 1, "PRUNED", "FINISHED", {"x": "2.5"})
+    assert runs[0].data.metrics == {"loss": 0.25}
+    assert runs[1].data.metrics == {"loss": 0.5}
+
+
+def test_a_trial_run_again_continues_its_run(tmp_path):
+    target = _target(tmp_path)
+    first = TrialRun(target, 3, tags={tag.WORKER: "w0"}, resume=False)
+    first.log_params({"x": 0.5})
+    first.finish("FAIL")
+    assert flush(60) == 0
+    again = TrialRun(target, 3, tags={tag.WORKER: "w0"}, resume=True)
+    again.finish("COMPLETE")
+    assert flush(60) == 0
+    runs = _trial_runs(target)
+    assert set(runs) == {3}
+    _check_ended(runs[3], 3, "COMPLETE", "FINISHED", {"x": "0.5"})
