@@ -135,24 +135,6 @@ class TrialContext:
         if self.run is not None:
             self.run.set_tags(tags)
 
-    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
-        """Keep this trial's state (anything ``torch.save`` takes: a step, model and
-        optimizer ``state_dict()``s), so that a trial run again (its worker lost, the study
-        interrupted and run again) goes on from here. Written atomically before it returns;
-        rank 0 only (the other ranks do nothing)."""
-        if self.rank == 0:
-            self._checkpoints().save(dict(state), background=False)
-
-    def load_checkpoint(self) -> dict[str, Any] | None:
-        """The state of the last :meth:`save_checkpoint` of this trial, or ``None`` (a first
-        start, or no checkpoint that verifies). Every rank may read it."""
-        return self._checkpoints().load() if self.resumed else None
-
-    def _checkpoints(self) -> Any:
-        from hpsearch.training._checkpoint import CheckpointStore
-
-        return CheckpointStore(self.checkpoint_dir / "objective", self.trial_number)
-
     def log_image(self, image: Any, artifact_file: str) -> None:
         """Log an ``H x W x 3`` uint8 image as an artifact of the trial's run (rank 0 only)."""
         if self.run is not None:
@@ -162,17 +144,22 @@ class TrialContext:
         """Whether a scheduler pauses this trial after ``step``."""
         return self.stop_at is not None and int(step) >= self.stop_at
 
-    def save_checkpoint(self, state: Mapping[str, Any], step: int) -> None:
-        """Save the trial's state after ``step`` (rank 0 writes; other ranks return).
+    def save_checkpoint(self, state: Mapping[str, Any], step: int | None = None) -> None:
+        """Save the trial's state (rank 0 writes; other ranks return), so that a trial run
+        again (its worker lost, the study interrupted, a scheduler's promotion) goes on
+        from here.
 
         ``state`` is any picklable mapping (model and optimizer ``state_dict()``, the step);
-        :meth:`load_checkpoint` returns it. It is written in the background, except at the
-        step the trial pauses at, where it is on disk when this returns.
+        :meth:`load_checkpoint` returns it. Given the ``step`` it was saved after, it is
+        written in the background, except at the step the trial pauses at; without one it is
+        on disk when this returns.
         """
         if not self.is_main:
             return
+        background = step is not None and not self.pauses_at(step)
         self._store().save(
-            {"step": int(step), "state": dict(state)}, background=not self.pauses_at(step)
+            {"step": None if step is None else int(step), "state": dict(state)},
+            background=background,
         )
 
     def load_checkpoint(self) -> dict[str, Any] | None:

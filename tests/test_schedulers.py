@@ -70,7 +70,7 @@ def test_brackets_start_at_higher_rungs():
 
 
 def test_a_scheduler_with_a_pruner_is_one_line():
-    spec = user_spec("x", "hpsearch.testing.objectives:checkpointed", scheduler="asha")
+    spec = user_spec("x", "hpsearch.testing.objectives:rung_checkpointed", scheduler="asha")
     with pytest.raises(SpecError) as err:
         StudySpec.from_dict(spec)
     (line,) = err.value.problems
@@ -80,7 +80,7 @@ def test_a_scheduler_with_a_pruner_is_one_line():
 
 
 def _asha_spec(name: str, n_trials: int = 7):
-    spec = user_spec(name, "hpsearch.testing.objectives:checkpointed", n_trials=n_trials)
+    spec = user_spec(name, "hpsearch.testing.objectives:rung_checkpointed", n_trials=n_trials)
     spec["objective"]["epochs"] = 9
     spec["search"].update(
         {"pruner": "none", "scheduler": "asha", "asha": {"min_epochs": 1, "reduction_factor": 3}}

@@ -279,7 +279,7 @@ def pipeline_transformer(trial: optuna.Trial, ctx: TrialContext) -> float:
         _pipeline.PipelineTrainer.train_epoch = original  # type: ignore[method-assign]
 
 
-def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
+def rung_checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Minimize ``x + 1/step`` over ``objective.epochs`` steps, resuming from its checkpoint
     (the two calls a scheduler needs: ``ctx.load_checkpoint``, ``ctx.save_checkpoint``);
     notes each step it trains, so a test sees that no step runs twice."""
