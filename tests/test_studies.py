@@ -59,6 +59,12 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
     if study.spec.is_multi_objective:
         _check_multi_objective(study, result, trials, client, children)
         return
+    if study.spec.search.scheduler == "asha" and result.best is None:
+        # Two trials are too few for a rung's top 1/3: both end at their rung, saying so.
+        for t in trials:
+            assert t.state == TrialState.PRUNED
+            assert "asha" in t.user_attrs.get("hpsearch.prune_reason", ""), t.user_attrs
+        return
     assert result.best is not None and math.isfinite(result.best.value)
     metric = study.spec.metric
     by_number = {t.number: t for t in trials}
