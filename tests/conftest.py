@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import time
 import warnings
+from typing import Any
 
 import pytest
 
@@ -16,18 +19,61 @@ def _quiet():
     yield
 
 
+class SharedCluster:
+    """A local cluster that several tests use, checked before each of them and started anew
+    when an earlier test left it unusable (a killed worker that did not come back, work still
+    running after a failed study): one test's failure does not become the next one's."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.cluster: Any = None
+        self.client: Any = None
+
+    def get(self) -> Any:
+        if self.client is not None and not self._ready():
+            self.close()
+        if self.client is None:
+            from distributed import Client
+
+            from hpsearch.cluster import start_local_cluster
+
+            self.cluster = start_local_cluster(**self.options)
+            self.client = Client(self.cluster)
+        return self.client
+
+    def _ready(self) -> bool:
+        try:
+            self.client.wait_for_workers(len(self.cluster.worker_spec), timeout=60)
+            deadline = time.monotonic() + 60
+            while any(self.client.processing().values()):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+        except Exception:  # a closed client or scheduler: start anew
+            return False
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        with contextlib.suppress(Exception):
+            self.cluster.close(timeout=20)
+        self.client = self.cluster = None
+
+
 @pytest.fixture(scope="session")
-def dask_client():
-    """One local cluster of 2 worker processes, shared by the tests that only need one."""
-    from distributed import Client
+def one_slot_cluster():
+    """One local cluster of 2 worker processes of one slot each, for the tests that only need
+    one (see :class:`SharedCluster`)."""
+    shared = SharedCluster(n_workers=2, gpus_per_trial=1)
+    yield shared
+    shared.close()
 
-    from hpsearch.cluster import start_local_cluster
 
-    cluster = start_local_cluster(n_workers=2, gpus_per_trial=1)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close(timeout=20)
+@pytest.fixture
+def dask_client(one_slot_cluster):
+    """A client of the shared 2-worker cluster, ready: both workers up, nothing running."""
+    return one_slot_cluster.get()
 
 
 @pytest.fixture
@@ -61,15 +107,14 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def two_slot_client():
+def _two_slot_cluster():
+    shared = SharedCluster(gpus=None, gpus_per_trial=2, n_slots=2)
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def two_slot_client(_two_slot_cluster):
     """A local cluster with one worker owning 2 CPU slots: trials of 2 ranks run there (one
     cluster per test module, so that a module's trials reuse its warm rank processes)."""
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close(timeout=20)
+    return _two_slot_cluster.get()

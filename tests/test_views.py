@@ -23,11 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, dask_client):
+def finished(tmp_path_factory, one_slot_cluster):
     """A small finished CNN study (6 trials, some pruned), shared by the tests of this file."""
     run_dir = tmp_path_factory.mktemp("views") / "runs"
     spec = cnn_spec("views", n_trials=6, epochs=3)
-    study = Study(spec, run_dir=run_dir, client=dask_client)
+    study = Study(spec, run_dir=run_dir, client=one_slot_cluster.get())
     result = study.run()
     return study, result, run_dir
 

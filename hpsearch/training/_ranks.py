@@ -23,7 +23,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -175,10 +174,16 @@ class RankPool:
     ) -> tuple[Any, RankFailure | None]:
         """Run one trial on the ranks of ``device_ids``; return rank 0's result, or the failure."""
         procs = [self._get(kind, d, threads) for d in device_ids]
-        port = _free_port()
+        # The trial's rendezvous store lives here, bound before any rank is told its port:
+        # a port picked free and bound later by rank 0 could be taken in between (under load,
+        # by any connection on the machine), and rank 0 would abort at start.
+        store = _rendezvous_store()
         for rank, proc in enumerate(procs):
             proc.conn.send(
-                ("trial", {**payload, "rank": rank, "world_size": len(procs), "master_port": port})
+                (
+                    "trial",
+                    {**payload, "rank": rank, "world_size": len(procs), "master_port": store.port},
+                )
             )
         pending = {proc.conn: rank for rank, proc in enumerate(procs)}
         result: Any = None
@@ -230,6 +235,7 @@ class RankPool:
                 if pending or failure is not None:
                     self._drop(procs)  # the others may hang in a collective: end them
                 break
+        del store  # every rank has left the group (or was ended): the rendezvous closes
         return result, failure
 
 
@@ -242,10 +248,16 @@ def _exit_text(popen: subprocess.Popen[bytes]) -> str:
     return f"exit code {code}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _rendezvous_store() -> Any:
+    """A TCP store on a port the system picks, for one trial's process group (its ranks join
+    as clients; the store ends with the trial)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300)
+    )
 
 
 _pool: RankPool | None = None

@@ -369,12 +369,18 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
     torch.set_num_threads(threads)
     if kind == "cuda":
         torch.cuda.set_device(0)
+    timeout = timedelta(seconds=300)
+    # The store is served by the worker that runs the trial (it is bound before the ranks
+    # hear of it); every rank, rank 0 included, is its client.
+    store = dist.TCPStore(
+        "127.0.0.1", int(payload["master_port"]), is_master=False, timeout=timeout
+    )
     dist.init_process_group(
         "nccl" if kind == "cuda" else "gloo",
-        init_method=f"tcp://127.0.0.1:{payload['master_port']}",
+        store=store,
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=300),
+        timeout=timeout,
     )
     try:
         local = ["cuda:0" if kind == "cuda" else "cpu"]
