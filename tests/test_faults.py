@@ -242,7 +242,7 @@ def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_cl
     from hpsearch.testing import user_spec
 
     spec = user_spec("hang", "hpsearch.testing.objectives:hangs_on_odd", n_trials=4)
-    spec["objective"]["trial_timeout"] = 4
+    spec["objective"]["trial_timeout"] = 12  # ample for a trial that ends, on a loaded machine
     worker_pids = list(dask_client.run(os.getpid).values())
     result = Study(spec, run_dir=run_dir, client=dask_client).run()
     assert result.progress.ended == 4
@@ -251,7 +251,7 @@ def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_cl
         if t.number % 2:
             assert t.state == TrialState.FAIL
             assert t.user_attrs["hpsearch.fail_reason"].startswith(
-                "timed out after 4 s (objective.trial_timeout)"
+                "timed out after 12 s (objective.trial_timeout)"
             )
         else:
             assert t.state == TrialState.COMPLETE
