@@ -487,3 +487,28 @@ def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_clien
             assert "is infeasible (cost " in reason and "> max 0.8)" in reason
     assert {t.number for t in study.pareto_front()} == {t.number for t in plain.best_trials}
     assert all(all(v <= 0 for v in t.constraints.values()) for t in plain.best_trials)
+
+
+def test_three_objectives_plot_every_pair():
+    from hpsearch.analysis import plot_pareto_front
+
+    study = optuna.create_study(directions=["minimize", "minimize", "maximize"])
+    for values in [(1, 3, 2), (2, 2, 2), (3, 1, 2), (3, 3, 1), (2, 2, 3)]:
+        study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, values=list(values)))
+    fig = plot_pareto_front(study, metrics=["a", "b", "c"])
+    shown = [ax for ax in fig.axes if ax.axison]
+    assert len(fig.axes) == 4 and len(shown) == 3, "a 2x2 grid, its upper cell hidden"
+    pairs = {(ax.get_xlabel(), ax.get_ylabel()) for ax in shown}
+    assert pairs == {
+        ("", "b (minimize)"),
+        ("a (minimize)", "c (maximize)"),
+        ("b (minimize)", ""),
+    }
+    # Trial 1 (2, 2, 2) is dominated by trial 4 (2, 2, 3); 3 (3, 3, 1) by every other one.
+    front = {t.number for t in study.best_trials}
+    assert front == {0, 2, 4}
+    labels = {t.get_text() for t in fig.axes[1].get_legend().get_texts()}
+    assert labels == {"Pareto front", "dominated"}
+    for ax in shown:
+        names = {a.get_text() for a in ax.texts}
+        assert names == {"#0", "#2", "#4"}
