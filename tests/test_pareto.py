@@ -441,8 +441,8 @@ def test_mo_asha_rungs_are_rebuilt_after_a_restart():
     assert s.next() is None
 
 
-def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_client):
-    spec = _two_objective_spec("mo-asha", n_trials=8, sampler="random")
+def _mo_asha_spec(name, n_trials):
+    spec = _two_objective_spec(name, n_trials=n_trials, sampler="random")
     spec["objective"]["model"] = "hpsearch.testing.objectives:two_objectives_checkpointed"
     spec["search"].pop("pruner")  # the scheduler ranks the rungs: no pareto pruner by default
     spec["search"].update({"scheduler": "asha", "asha": {"min_epochs": 1, "reduction_factor": 2}})
@@ -451,6 +451,16 @@ def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_clien
         "x": {"type": "float", "low": 0.0, "high": 1.0},
         "y": {"type": "float", "low": 0.0, "high": 1.0},
     }
+    return spec
+
+
+def _trained_steps(run_dir, name, number):
+    notes = run_dir / name / f"notes-{number}-rank0.txt"
+    return [int(s) for s in notes.read_text().split()[1::2]] if notes.exists() else []
+
+
+def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_client):
+    spec = _mo_asha_spec("mo-asha", n_trials=8)
     study = Study(spec, run_dir=run_dir, client=dask_client)
     study.run(progress=False)
     plain = _plain_study(run_dir, "mo-asha")
@@ -467,8 +477,7 @@ def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_clien
                 step = int(key.removeprefix(VALUES_ATTR))
                 point = _point(values, {"a": {"max": 0.8}})  # cost is the first metric
                 by_step.setdefault(step, {})[t.number] = point
-        notes = run_dir / "mo-asha" / f"notes-{t.number}-rank0.txt"
-        steps = [int(s) for s in notes.read_text().split()[1::2]]
+        steps = _trained_steps(run_dir, "mo-asha", t.number)
         assert steps == list(range(1, len(steps) + 1)), "each step trained once"
     for t in pruned:
         rung_epoch = max(
@@ -512,3 +521,38 @@ def test_three_objectives_plot_every_pair():
     for ax in shown:
         names = {a.get_text() for a in ax.texts}
         assert names == {"#0", "#2", "#4"}
+
+
+class _StopAtPause(Exception):
+    pass
+
+
+def test_mo_asha_coordinator_restart_keeps_the_paused_trial(run_dir, dask_client):
+    """A coordinator stopped once a trial paused leaves it RUNNING at its rung; the next one
+    rebuilds the rungs from every objective's values and promotes or prunes it, without
+    training its first epoch again."""
+    name = "mo-asha-restart"
+    spec = _mo_asha_spec(name, n_trials=6)
+    spec["search"]["max_concurrent"] = 1  # one trial at a time: the stop finds one paused
+
+    def stop(progress):
+        if progress.last is not None and progress.last.state == "PAUSED":
+            raise _StopAtPause
+
+    with pytest.raises(_StopAtPause):
+        Study(spec, run_dir=run_dir, client=dask_client).run(on_progress=stop)
+    paused = [t for t in _plain_study(run_dir, name).trials if t.user_attrs.get(PAUSED_AT)]
+    assert len(paused) == 1 and paused[0].state == TrialState.RUNNING
+    first = paused[0].number
+    assert paused[0].user_attrs[f"{VALUES_ATTR}1"] and _trained_steps(run_dir, name, first) == [1]
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    plain = _plain_study(run_dir, name)
+    assert len(plain.trials) == 6, "the budget counts the paused trial once"
+    assert not [t for t in plain.trials if t.state == TrialState.RUNNING]
+    assert plain.trials[first].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    for t in plain.trials:
+        if t.state != TrialState.FAIL:
+            steps = _trained_steps(run_dir, name, t.number)
+            assert steps == list(range(1, len(steps) + 1)), (t.number, steps)
+        if t.state == TrialState.PRUNED:
+            assert "among the rung's" in t.user_attrs["hpsearch.prune_reason"]

@@ -14,7 +14,9 @@ Optuna's NSGA-II does): a feasible trial beats an infeasible one, and of two inf
 trials the one with the smaller total violation wins. A step's constraint values come from
 the step's values where the constrained metric is an objective, else from the user
 attribute ``hpsearch.constraints.<step>`` (which built-in models write each epoch); a
-constraint known neither way counts as met.
+constraint known neither way counts as met. ``search.scheduler: asha`` ranks its rungs the
+same way, with a tie-break inside the front that straddles the cut
+(:mod:`hpsearch.schedulers._mo_asha`).
 
 Example:
     >>> fronts = nondominated_fronts([(1, 5), (2, 2), (3, 3), (5, 1)], ["minimize", "minimize"])
