@@ -335,8 +335,8 @@ def _mo_asha(constraints=None):
     )
 
 
-def _point(values, constraints):
-    bounds = constraints_at(constraints, ["a", "b"], values) if constraints else {}
+def _point(values, constraints, metrics=("a", "b")):
+    bounds = constraints_at(constraints, metrics, values) if constraints else {}
     return RungPoint(tuple(values), bounds)
 
 
@@ -475,7 +475,7 @@ def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_clien
         for key, values in t.user_attrs.items():
             if key.startswith(VALUES_ATTR):
                 step = int(key.removeprefix(VALUES_ATTR))
-                point = _point(values, {"a": {"max": 0.8}})  # cost is the first metric
+                point = _point(values, {"cost": {"max": 0.8}}, ("cost", "error"))
                 by_step.setdefault(step, {})[t.number] = point
         steps = _trained_steps(run_dir, "mo-asha", t.number)
         assert steps == list(range(1, len(steps) + 1)), "each step trained once"
