@@ -8,7 +8,7 @@ needs the cluster. The plots are matplotlib figures (PNG in a report, inline in 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -404,9 +404,14 @@ def pareto_front(
 
 
 def plot_pareto_front(study: optuna.Study, *, metrics: Sequence[str]) -> Figure:
-    """The complete trials by their first two objectives: the Pareto front in one colour
-    (joined in order), dominated trials in another, infeasible ones (constraints) crossed."""
-    fig, ax = _figure(f"Pareto front: {metrics[0]} against {metrics[1]}")
+    """The complete trials by their objectives: the Pareto front in one colour, dominated
+    trials in another, infeasible ones (constraints) crossed.
+
+    Two objectives make one plot, the front joined in order. With three or more, every pair
+    of objectives gets its own plot (a scatter matrix, the lower triangle): the front is
+    the front over all objectives, so in one pair's plot a front trial may sit behind
+    another one, and its points are not joined.
+    """
     done = [
         t
         for t in study.get_trials(deepcopy=False)
@@ -414,37 +419,72 @@ def plot_pareto_front(study: optuna.Study, *, metrics: Sequence[str]) -> Figure:
     ]
     front = {t.number for t in study.best_trials}
     feasible = [t for t in done if all(v <= 0.0 for v in t.constraints.values())]
-    infeasible = [t for t in done if t not in feasible]
-    dominated = [t for t in feasible if t.number not in front]
-    on_front = sorted((t for t in feasible if t.number in front), key=lambda t: t.values[0])
-    if dominated:
+    groups = {
+        "dominated": [t for t in feasible if t.number not in front],
+        "infeasible": [t for t in done if t not in feasible],
+        "front": [t for t in feasible if t.number in front],
+    }
+    directions = [d.name.lower() for d in study.directions]
+    labels = [f"{m} ({d})" for m, d in zip(metrics, directions, strict=False)]
+    n = len(labels)
+    if n == 2:
+        fig, ax = _figure(f"Pareto front: {metrics[0]} against {metrics[1]}")
+        _pareto_pair(ax, groups, 0, 1, joined=True)
+        ax.set_xlabel(labels[0])
+        ax.set_ylabel(labels[1])
+        if not done:
+            ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
+        else:
+            ax.legend(loc="best")
+        return fig
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.2 * (n - 1), 3.0 * (n - 1)), layout="constrained")
+    fig.suptitle(f"Pareto front over {n} objectives, every pair")
+    axes = fig.subplots(n - 1, n - 1, squeeze=False)
+    for row in range(n - 1):
+        for col in range(n - 1):
+            ax = axes[row][col]
+            if col > row:  # the upper triangle repeats the lower one, mirrored
+                ax.set_axis_off()
+                continue
+            _pareto_pair(ax, groups, col, row + 1, joined=False)
+            if row == n - 2:
+                ax.set_xlabel(labels[col])
+            if col == 0:
+                ax.set_ylabel(labels[row + 1])
+    if done:
+        handles, names = axes[0][0].get_legend_handles_labels()
+        axes[0][n - 2].legend(handles, names, loc="center")  # in the empty upper corner
+    else:
+        axes[0][0].text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
+    return fig
+
+
+def _pareto_pair(ax: Any, groups: Mapping[str, list[Any]], i: int, j: int, *, joined: bool) -> None:
+    """Objective ``i`` against ``j`` for the trial groups of :func:`plot_pareto_front`."""
+    if groups["dominated"]:
         ax.scatter(
-            [t.values[0] for t in dominated],
-            [t.values[1] for t in dominated],
+            [t.values[i] for t in groups["dominated"]],
+            [t.values[j] for t in groups["dominated"]],
             s=22,
             color="#9e9e9e",
             label="dominated",
         )
-    if infeasible:
+    if groups["infeasible"]:
         ax.scatter(
-            [t.values[0] for t in infeasible],
-            [t.values[1] for t in infeasible],
+            [t.values[i] for t in groups["infeasible"]],
+            [t.values[j] for t in groups["infeasible"]],
             s=26,
             marker="x",
             color=STATE_COLORS["FAIL"],
             label="infeasible (constraints)",
         )
+    on_front = sorted(groups["front"], key=lambda t: t.values[i])
     if on_front:
-        xs, ys = [t.values[0] for t in on_front], [t.values[1] for t in on_front]
-        ax.plot(xs, ys, color="#2ca02c", linewidth=1.0, alpha=0.6)
+        xs, ys = [t.values[i] for t in on_front], [t.values[j] for t in on_front]
+        if joined:
+            ax.plot(xs, ys, color="#2ca02c", linewidth=1.0, alpha=0.6)
         ax.scatter(xs, ys, s=34, color="#2ca02c", label="Pareto front", zorder=3)
         for t in on_front:
-            ax.annotate(f"#{t.number}", (t.values[0], t.values[1]), fontsize=7, alpha=0.8)
-    if not done:
-        ax.text(0.5, 0.5, "no complete trials yet", ha="center", va="center")
-    directions = [d.name.lower() for d in study.directions]
-    ax.set_xlabel(f"{metrics[0]} ({directions[0]})")
-    ax.set_ylabel(f"{metrics[1]} ({directions[1]})")
-    if done:
-        ax.legend(loc="best")
-    return fig
+            ax.annotate(f"#{t.number}", (t.values[i], t.values[j]), fontsize=7, alpha=0.8)

@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
-from hpsearch.schedulers import PAUSED_AT, TARGET, Job, build_scheduler
+from hpsearch.schedulers import PAUSED_AT, TARGET, Job, RungPoint, build_scheduler
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
@@ -416,9 +416,13 @@ class Coordinator:
             if isinstance(result, TrialOutcome):
                 self.scheduler.ended(info.number, result.state)
             return False
-        assert result.last_step is not None and result.value is not None
+        value: Any = result.value
+        if result.values is not None:  # several objectives: all their values at the rung
+            constraints = result.extra.get("constraints") or {}
+            value = RungPoint(tuple(result.values), dict(constraints))
+        assert result.last_step is not None and value is not None
         self._storage.set_trial_user_attr(info.trial_id, PAUSED_AT, result.last_step)
-        self.scheduler.paused(info.number, info.trial_id, result.last_step, result.value)
+        self.scheduler.paused(info.number, info.trial_id, result.last_step, value)
         self.progress.last = result
         return True
 

@@ -181,7 +181,8 @@ class Study:
         return pareto_front(self.optuna_study(), metrics=self.spec.metrics, runs=self._runs())
 
     def plot_pareto_front(self) -> Any:
-        """The trials by their first two objectives, the Pareto front in its own colour."""
+        """The trials by their objectives, the Pareto front in its own colour (one plot for
+        two objectives, every pair for more)."""
         from hpsearch.analysis import plot_pareto_front
 
         if not self.spec.is_multi_objective:

@@ -1,7 +1,8 @@
 """Schedulers that use checkpoints: a trial pauses at an epoch with its checkpoint written,
 frees its set, and runs again later from that checkpoint (``search.scheduler``).
 
-``asha``: asynchronous successive halving by promotion (:mod:`._asha`). ``pbt``
+``asha``: asynchronous successive halving by promotion (:mod:`._asha`); with several
+objectives its rungs are ranked by Pareto fronts (:mod:`._mo_asha`). ``pbt``
 (population-based training) is a reserved name, refused by the spec for now. The
 coordinator drives a scheduler through the hooks of :class:`Scheduler`; the decisions
 themselves are pure functions, tested on their own.
@@ -21,6 +22,13 @@ from hpsearch.schedulers._base import (
     Job,
     Scheduler,
 )
+from hpsearch.schedulers._mo_asha import (
+    ParetoAshaScheduler,
+    RungPoint,
+    crowding_distances,
+    pareto_order,
+    promotable_points,
+)
 
 if TYPE_CHECKING:
     from hpsearch.spec import StudySpec
@@ -33,10 +41,15 @@ __all__ = [
     "AshaScheduler",
     "Ended",
     "Job",
+    "ParetoAshaScheduler",
+    "RungPoint",
     "Scheduler",
     "build_scheduler",
+    "crowding_distances",
     "cutoff",
+    "pareto_order",
     "promotable",
+    "promotable_points",
     "rung_epochs",
 ]
 
@@ -45,6 +58,16 @@ def build_scheduler(spec: StudySpec) -> Scheduler | None:
     """The study's scheduler, or None (``search.scheduler: none``)."""
     search = spec.search
     maximize = spec.direction.value == "maximize"
+    if search.scheduler == "asha" and spec.is_multi_objective:
+        return ParetoAshaScheduler(
+            directions=[d.value for d in spec.directions],
+            metrics=list(spec.metrics),
+            constraints=spec.constraints,
+            min_epochs=search.asha.min_epochs,
+            reduction_factor=search.asha.reduction_factor,
+            brackets=search.asha.brackets,
+            max_epochs=spec.objective.epochs,
+        )
     if search.scheduler == "asha":
         return AshaScheduler(
             min_epochs=search.asha.min_epochs,

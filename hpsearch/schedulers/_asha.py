@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpsearch._optuna import trial_id_of
 from hpsearch.schedulers._base import PAUSED_AT, TARGET, Ended, Job
@@ -67,7 +67,8 @@ def cutoff(values: Mapping[int, float], eta: int, maximize: bool) -> float | Non
 @dataclass
 class _Bracket:
     rungs: list[int]
-    values: list[dict[int, float]] = field(default_factory=list)  # per rung: number -> value
+    # Per rung: number -> value (a float; a RungPoint with several objectives).
+    values: list[dict[int, Any]] = field(default_factory=list)
     promoted: list[set[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -111,7 +112,7 @@ class AshaScheduler:
         rungs = self._bracket(number).rungs
         return rungs[0] if rungs else None
 
-    def paused(self, number: int, trial_id: int, epoch: int, value: float) -> None:
+    def paused(self, number: int, trial_id: int, epoch: int, value: Any) -> None:
         bracket = self._bracket(number)
         rung = bracket.rungs.index(epoch)
         bracket.values[rung][number] = value
@@ -124,9 +125,7 @@ class AshaScheduler:
         """The best promotable paused trial, from the highest rung down (bracket by bracket)."""
         for bracket in self.brackets:
             for rung in reversed(range(len(bracket.rungs))):
-                for number in promotable(
-                    bracket.values[rung], bracket.promoted[rung], self.eta, self.maximize
-                ):
+                for number in self._promotable(bracket.values[rung], bracket.promoted[rung]):
                     if self.waiting.get(number, (0, -1))[1] != rung:
                         continue
                     trial_id, _ = self.waiting.pop(number)
@@ -134,6 +133,14 @@ class AshaScheduler:
                     stop = bracket.rungs[rung + 1] if rung + 1 < len(bracket.rungs) else None
                     return Job(number, trial_id, stop)
         return None
+
+    def _promotable(self, values: Mapping[int, Any], promoted: set[int]) -> list[int]:
+        """A rung's trials in its top ``1/eta`` not yet promoted, best first."""
+        return promotable(values, promoted, self.eta, self.maximize)
+
+    def _at(self, trial: FrozenTrial, epoch: int) -> Any:
+        """What ``trial`` reported at ``epoch`` (None when it did not reach it)."""
+        return trial.intermediate_values.get(epoch)
 
     def closing(self, asking: bool) -> list[Ended]:
         """With no trial left to start, the paused trials that cannot be promoted end PRUNED."""
@@ -173,9 +180,10 @@ class AshaScheduler:
             target = t.user_attrs.get(TARGET)
             paused_at = t.user_attrs.get(PAUSED_AT) if t.state == TrialState.RUNNING else None
             for rung, epoch in enumerate(bracket.rungs):
-                if epoch not in t.intermediate_values:
+                value = self._at(t, epoch)
+                if value is None:
                     continue
-                bracket.values[rung][t.number] = t.intermediate_values[epoch]
+                bracket.values[rung][t.number] = value
                 if paused_at == epoch:
                     self.waiting[t.number] = (trial_id_of(t), rung)
                 else:  # it went on from this rung, or ended: it cannot be promoted from it

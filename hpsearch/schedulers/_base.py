@@ -59,8 +59,9 @@ class Scheduler(Protocol):
     def stop_at(self, number: int) -> int | None:
         """Where a new trial pauses first."""
 
-    def paused(self, number: int, trial_id: int, epoch: int, value: float) -> None:
-        """A trial paused at ``epoch`` with ``value``."""
+    def paused(self, number: int, trial_id: int, epoch: int, value: Any) -> None:
+        """A trial paused at ``epoch`` with ``value`` (its report: a float, or a
+        :class:`~hpsearch.schedulers.RungPoint` with several objectives)."""
 
     def ended(self, number: int, state: str) -> None:
         """A trial ended (COMPLETE, PRUNED or FAIL)."""

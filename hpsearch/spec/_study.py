@@ -76,8 +76,13 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
 
     strategies = _validate_strategies(data.get("search"), problems)
     raw_obj = data.get("objective")
-    if isinstance(raw_obj, Mapping) and raw_obj.get("metrics") is not None:
-        # Several objectives: Optuna's pruners rank one value, so the default is the pareto one.
+    raw_search = data.get("search")
+    scheduled = isinstance(raw_search, Mapping) and (
+        str(raw_search.get("scheduler", "none")).lower() != "none"
+    )
+    if isinstance(raw_obj, Mapping) and raw_obj.get("metrics") is not None and not scheduled:
+        # Several objectives: Optuna's pruners rank one value, so the default is the pareto one
+        # (a scheduler ranks its rungs by Pareto fronts itself).
         strategies.setdefault("pruner", PrunerSpec(name="pareto"))
     sections: dict[str, type[_Spec]] = {
         "objective": ObjectiveSpec,

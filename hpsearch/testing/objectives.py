@@ -297,6 +297,26 @@ def rung_checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
     return value
 
 
+def two_objectives_checkpointed(trial: optuna.Trial, ctx: TrialContext) -> tuple[float, float]:
+    """:func:`two_objectives` over ``objective.epochs`` steps, resuming from its checkpoint
+    (for a scheduler): at step ``s`` it reports the final values plus
+    ``0.1 * (epochs - s)``; notes each step it trains, so a test sees that none runs twice."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    y = trial.suggest_float("y", 0.0, 1.0)
+    final = (x, 1.0 - x**0.5 + y)
+    epochs = ctx.spec.objective.epochs
+    state = ctx.load_checkpoint()
+    first = state["step"] + 1 if state else 1
+    for step in range(first, epochs + 1):
+        extra = 0.1 * (epochs - step)
+        _note(ctx, trial, f"step {step}")
+        trial.report((final[0] + extra, final[1] + extra), step)  # type: ignore[arg-type]
+        ctx.save_checkpoint({"step": step}, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return final
+
+
 def held_training(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Three epochs of a tiny regression in torch, each logging ``samples_per_s`` and
     ``epoch_s`` as the built-in loop does; while the study folder holds a file ``hold``, the

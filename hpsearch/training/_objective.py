@@ -141,7 +141,7 @@ def _epochs(
     monitor,
     n_params: int,
 ) -> Any:  # type: ignore[no-untyped-def]
-    from hpsearch.pareto import apply_constraints
+    from hpsearch.pareto import CONSTRAINTS_ATTR, apply_constraints, constraint_values
     from hpsearch.training._tracked_trial import TrialPaused
 
     spec = ctx.spec
@@ -187,6 +187,12 @@ def _epochs(
         # A resumed trial's run skips the steps it holds.
         ctx.log_metrics({**metrics, **monitor.epoch_metrics()}, step=epoch)
         history[epoch] = {**metrics, "train_seconds": trained_s}
+        if spec.is_multi_objective and any(m not in wanted for m in spec.constraints):
+            # What the pruner or scheduler needs to rank this step under the constraints,
+            # written before the step's values so that no one sees those without these.
+            trial.set_user_attr(
+                f"{CONSTRAINTS_ATTR}{epoch}", constraint_values(spec.constraints, everything)
+            )
         trial.report(value, epoch)
         if ctx.pauses_at(epoch) and epoch < spec.objective.epochs:
             # A scheduler's pause: the checkpoint is on disk before the set is freed.

@@ -279,7 +279,16 @@ def execute(
         paused = _paused_at(tracked, exc)
         if paused is not None and tracked is not None:
             outcome.state, outcome.last_step = "PAUSED", paused
-            outcome.value = cached_trial(tracked).intermediate_values.get(paused)
+            frozen = cached_trial(tracked)
+            if spec.is_multi_objective:  # every objective's values at the rung
+                from hpsearch.pareto import step_constraints, step_values
+
+                outcome.values = step_values(frozen).get(paused)
+                outcome.extra["constraints"] = step_constraints(
+                    frozen, paused, spec.constraints, spec.metrics
+                )
+            else:
+                outcome.value = frozen.intermediate_values.get(paused)
             run.set_tags({tag.PAUSED_AT: paused})
             _finish(task, tracked, run, outcome, start, figures)
             return outcome

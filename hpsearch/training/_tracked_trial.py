@@ -160,13 +160,15 @@ class TrackedTrial(optuna.Trial):
 
     def _should_prune_values(self) -> bool:
         """Several objectives: the pareto pruner's decision at the last reported step."""
-        from hpsearch.pareto import ParetoPruner, step_values
+        from hpsearch.pareto import ParetoPruner, step_constraints, step_values
 
         pruner = self.study.pruner
         if self.last_step is None or not isinstance(pruner, ParetoPruner):
             return False
-        values = step_values(cached_trial(self))[self.last_step]
-        prune, reason = pruner.should_prune(self.study, self.number, self.last_step, values)
+        frozen = cached_trial(self)
+        values = step_values(frozen)[self.last_step]
+        own = step_constraints(frozen, self.last_step, pruner.constraints, pruner.metrics)
+        prune, reason = pruner.should_prune(self.study, self.number, self.last_step, values, own)
         if prune:
             shown = ", ".join(f"{v:.6g}" for v in values)
             self.prune_decision = {"step": self.last_step, "value": shown, "reason": reason}
