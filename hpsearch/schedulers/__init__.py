@@ -1,15 +1,16 @@
 """Schedulers that use checkpoints: a trial pauses at an epoch with its checkpoint written,
 frees its set, and runs again later from that checkpoint (``search.scheduler``).
 
-``asha``: asynchronous successive halving by promotion (:mod:`._asha`). ``pbt``
-(population-based training) is a reserved name, refused by the spec for now. The
+``asha``: asynchronous successive halving by promotion (:mod:`._asha`); ``pbt``:
+population-based training (:mod:`._pbt`). The
 coordinator drives a scheduler through the hooks of :class:`Scheduler`; the decisions
 themselves are pure functions, tested on their own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.schedulers._asha import AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.schedulers._base import (
@@ -21,6 +22,7 @@ from hpsearch.schedulers._base import (
     Job,
     Scheduler,
 )
+from hpsearch.schedulers._pbt import PbtScheduler, exploit, perturb, snap
 
 if TYPE_CHECKING:
     from hpsearch.spec import StudySpec
@@ -33,16 +35,23 @@ __all__ = [
     "AshaScheduler",
     "Ended",
     "Job",
+    "PbtScheduler",
     "Scheduler",
     "build_scheduler",
     "cutoff",
+    "exploit",
+    "perturb",
     "promotable",
     "rung_epochs",
+    "snap",
 ]
 
 
-def build_scheduler(spec: StudySpec) -> Scheduler | None:
-    """The study's scheduler, or None (``search.scheduler: none``)."""
+def build_scheduler(
+    spec: StudySpec, *, params_of: Callable[[int], Mapping[str, Any]] | None = None
+) -> Scheduler | None:
+    """The study's scheduler, or None (``search.scheduler: none``); ``params_of`` reads a
+    trial's parameters by its id (pbt perturbs them)."""
     search = spec.search
     maximize = spec.direction.value == "maximize"
     if search.scheduler == "asha":
@@ -52,6 +61,27 @@ def build_scheduler(spec: StudySpec) -> Scheduler | None:
             brackets=search.asha.brackets,
             max_epochs=spec.objective.epochs,
             maximize=maximize,
+            metric=spec.metric,
+        )
+    if search.scheduler == "pbt":
+        from hpsearch.space import to_distributions
+
+        if params_of is None:
+            raise ValueError("a pbt scheduler needs params_of")
+        pbt = search.pbt
+        return PbtScheduler(
+            population=pbt.population,
+            interval_epochs=pbt.interval_epochs,
+            quantile=pbt.quantile,
+            perturb=pbt.perturb,
+            resample_probability=pbt.resample_probability,
+            distributions=to_distributions(spec.space),
+            mutate=pbt.mutate,
+            n_trials=search.n_trials,
+            max_epochs=spec.objective.epochs,
+            maximize=maximize,
+            params_of=params_of,
+            seed=search.seed,
             metric=spec.metric,
         )
     return None

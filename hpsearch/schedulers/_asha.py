@@ -135,6 +135,9 @@ class AshaScheduler:
                     return Job(number, trial_id, stop)
         return None
 
+    def decided(self) -> list[Job]:
+        return []  # promotions wait for a free set (next)
+
     def closing(self, asking: bool) -> list[Ended]:
         """With no trial left to start, the paused trials that cannot be promoted end PRUNED."""
         if asking:

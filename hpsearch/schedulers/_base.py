@@ -19,19 +19,6 @@ FROM_EPOCH = "from_epoch"
 
 
 @dataclass
-class Job:
-    """A trial the scheduler wants run: a paused one resumed (``trial_id`` set), or a new one
-    continuing ``copy_from``'s checkpoint with ``params`` (``trial_id`` None)."""
-
-    number: int | None
-    trial_id: int | None
-    stop_at: int | None  # the epoch to pause at; None runs the trial to its last epoch
-    params: dict[str, Any] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
-    copy_from: int | None = None
-
-
-@dataclass
 class Ended:
     """A paused trial the scheduler ends, and why."""
 
@@ -42,12 +29,28 @@ class Ended:
     value: float | None = None
 
 
+@dataclass
+class Job:
+    """A trial the scheduler wants run: a paused one resumed (``trial_id`` set), or a new one
+    continuing ``copy_from``'s checkpoint with ``params`` (``trial_id`` None), which
+    ``replaces`` a paused trial that ends when it is created."""
+
+    number: int | None
+    trial_id: int | None
+    stop_at: int | None  # the epoch to pause at; None runs the trial to its last epoch
+    params: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    copy_from: int | None = None
+    replaces: Ended | None = None
+
+
 class Scheduler(Protocol):
     """Decides where trials pause and which paused ones run again.
 
     The coordinator calls :meth:`restore` once, :meth:`stop_at` for each trial the sampler
-    gives, :meth:`paused` and :meth:`ended` as trials come back, :meth:`next` whenever a
-    set is free, and :meth:`closing` (repeatedly) once nothing is left in flight.
+    gives, :meth:`paused` and :meth:`ended` as trials come back (then :meth:`decided`),
+    :meth:`next` whenever a set is free, and :meth:`closing` (repeatedly) once nothing is
+    left in flight.
     """
 
     def budget(self, n_trials: int) -> int:
@@ -67,6 +70,10 @@ class Scheduler(Protocol):
 
     def next(self) -> Job | None:
         """A trial to run now, or None."""
+
+    def decided(self) -> list[Job]:
+        """The trials decided since the last call, to queue at once (population-based
+        training decides a whole interval when its last member pauses)."""
 
     def closing(self, asking: bool) -> list[Ended]:
         """Nothing is in flight (and nothing is left to ask unless ``asking``): paused trials

@@ -103,6 +103,9 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     devices = WorkerDevices.from_env()
     size = trial_size(task)
     with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
+        missing = _continue_parent(task)
+        if missing is not None:
+            return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
         if size == 1 and task.spec.objective.trial_timeout is None:
             # In the worker's own process: no start-up at all. A trial with a time limit
@@ -166,6 +169,51 @@ def _run_ranks(
     return outcome
 
 
+def _lineage(task: TrialTask) -> tuple[int, int] | None:
+    """The trial and epoch whose checkpoint this trial continues (population-based
+    training), from the trial's user attributes; None for any other trial."""
+    if task.spec.search.scheduler != "pbt":
+        return None
+    from hpsearch._optuna import storage_of
+    from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL
+
+    attrs = storage_of(_worker_study(task)).get_trial(task.trial_id).user_attrs
+    if attrs.get(PARENT_TRIAL) is None:
+        return None
+    return int(attrs[PARENT_TRIAL]), int(attrs[FROM_EPOCH])
+
+
+def _continue_parent(task: TrialTask) -> str | None:
+    """Before any rank starts: copy the parent's checkpoint at its epoch into a
+    continuation's store (it then resumes from it like any resumed trial); why it could not."""
+    from hpsearch.training._checkpoint import continue_from
+
+    lineage = _lineage(task)
+    if lineage is None:
+        return None
+    parent, epoch = lineage
+    if continue_from(Path(task.study_dir) / "checkpoints", parent, epoch, task.trial_number):
+        return None
+    return (
+        f"trial {parent} left no checkpoint at epoch {epoch} to continue from (a user "
+        "objective saves one with ctx.save_checkpoint after each report)"
+    )
+
+
+def _failed_before_start(task: TrialTask, reason: str, error_type: str) -> TrialOutcome:
+    run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
+    run.set_tags({tag.FAIL_REASON: reason, tag.ERROR_TYPE: error_type})
+    run.finish("FAIL")
+    return TrialOutcome(
+        task.trial_number,
+        "FAIL",
+        reason=reason,
+        error_type=error_type,
+        worker=_worker_address(),
+        pid=os.getpid(),
+    )
+
+
 def _peer_lost(reason: str | None) -> bool:
     """Whether a rank's error says only that another rank left (gloo / NCCL)."""
     text = (reason or "").partition("\n")[0].lower()
@@ -219,6 +267,7 @@ def execute(
             tag.DEVICES: devices.label(device_ids),
             tag.WORLD_SIZE: world_size,
             tag.ATTEMPT: attempt,
+            **_lineage_tags(task, study),
         },
         resume=resumed,
     )
@@ -281,6 +330,10 @@ def execute(
             outcome.state, outcome.last_step = "PAUSED", paused
             outcome.value = cached_trial(tracked).intermediate_values.get(paused)
             run.set_tags({tag.PAUSED_AT: paused})
+            if spec.search.scheduler == "pbt":  # kept for the continuations of this epoch
+                from hpsearch.training._checkpoint import snapshot
+
+                snapshot(Path(task.study_dir) / "checkpoints", task.trial_number, paused)
             _finish(task, tracked, run, outcome, start, figures)
             return outcome
         outcome.state = "PRUNED"
@@ -322,6 +375,17 @@ def execute(
         outcome.extra["traceback"] = tb
     _finish(task, tracked, run, outcome, start, figures)
     return outcome
+
+
+def _lineage_tags(task: TrialTask, study: optuna.Study | None) -> dict[str, int]:
+    """A continuation's run says which trial it continues, and from which epoch."""
+    try:
+        lineage = _lineage(task) if study is not None else None
+    except Exception:  # the study is unreachable: the run records why the trial failed
+        return {}
+    if lineage is None:
+        return {}
+    return {tag.PARENT_TRIAL: lineage[0], tag.FROM_EPOCH: lineage[1]}
 
 
 def _paused_at(tracked: TrackedTrial | None, exc: BaseException) -> int | None:
