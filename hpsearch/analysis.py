@@ -304,7 +304,12 @@ def write_report(
         html = folder / "report.html"
         html.write_text(_pareto_html(study, names), encoding="utf-8")
         return [path, html]
-    for name, plot in PLOTTERS.items():
+    plotters = dict(PLOTTERS)
+    from hpsearch.lineage import has_lineage, plot_lineage, plot_param_schedule
+
+    if has_lineage(study):  # population-based training: who continued whom, and with what
+        plotters.update(lineage=plot_lineage, param_schedule=plot_param_schedule)
+    for name, plot in plotters.items():
         path = folder / f"{name}.png"
         plot(study, metric=metric).savefig(path, dpi=110)
         written.append(path)

@@ -3,6 +3,7 @@ studies on a 2-slot cluster where weak trials continue from a strong trial's che
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -294,8 +295,23 @@ def check_pbt_study(run_dir, name, *, n_trials, population=4, quantile=0.5, rank
 
 
 def test_pbt_study_continues_from_the_right_checkpoints(run_dir, two_slot_client):
-    Study(_pbt_spec("pbt-real"), run_dir=run_dir, client=two_slot_client).run(progress=False)
+    api = Study(_pbt_spec("pbt-real"), run_dir=run_dir, client=two_slot_client)
+    api.run(progress=False)
     study = check_pbt_study(run_dir, "pbt-real", n_trials=7)
+    # The report draws the lineage and the best trial's schedule along its ancestors.
+    files = {p.name for p in api.report()}
+    assert {"lineage.png", "param_schedule.png"} <= files
+    line = api.param_schedule()
+    best = min((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    assert (
+        line[-1].trial == best.number and PARENT_TRIAL not in study.trials[line[0].trial].user_attrs
+    )
+    assert line[0].first_epoch == 1 and line[-1].last_epoch == 6
+    for before, after in itertools.pairwise(line):
+        child = study.trials[after.trial]
+        assert child.user_attrs[PARENT_TRIAL] == before.trial
+        assert before.last_epoch == child.user_attrs[FROM_EPOCH] == after.first_epoch - 1
+        assert after.params == child.params
     # 4 members; epoch 2: 2 replaced; epoch 4: the budget of 7 leaves room for 1.
     assert len(study.trials) == 7
     replaced = sorted(
