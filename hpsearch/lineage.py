@@ -103,6 +103,15 @@ def plot_lineage(study: optuna.Study, *, metric: str) -> Figure:
                 "connectionstyle": "arc3,rad=0.2",
             },
         )
+    from matplotlib.lines import Line2D
+
+    shown = sorted({t.state.name for t in trials})
+    handles = [Line2D([], [], color=STATE_COLORS.get(s, "#7f7f7f"), lw=3) for s in shown]
+    labels = [s.lower() for s in shown]
+    if line:
+        handles.append(Line2D([], [], color="#2ca02c", lw=3))
+        labels.append("the best trial's line")
+    ax.legend(handles, labels, loc="best", fontsize=8)
     ax.set_xlabel("epoch")
     ax.set_ylabel("trial")
     ax.invert_yaxis()

@@ -249,9 +249,10 @@ def check_pbt_study(run_dir, name, *, n_trials, population=4, quantile=0.5, rank
     assert len(complete) == population, "every line reaches the last epoch once"
     for t in trials:
         start = int(t.user_attrs.get(FROM_EPOCH, 0))
-        for rank in range(ranks):
-            steps = _steps(run_dir, name, t.number, rank)
-            assert steps == list(range(start + 1, start + 1 + len(steps))), (t.number, steps)
+        steps = _steps(run_dir, name, t.number)
+        assert steps == list(range(start + 1, max(t.intermediate_values) + 1)), (t.number, steps)
+        for rank in range(1, ranks):
+            assert _steps(run_dir, name, t.number, rank) == steps, "every rank, the same steps"
         assert min(t.intermediate_values) == start + 1, "a continuation reports after its start"
         if t.state == TrialState.PRUNED:
             reason = t.user_attrs["hpsearch.prune_reason"]
@@ -318,3 +319,44 @@ def test_pbt_study_continues_from_the_right_checkpoints(run_dir, two_slot_client
         max(t.intermediate_values) for t in study.trials if t.state == TrialState.PRUNED
     )
     assert replaced == [2, 2, 4]
+
+
+class _StopAtPause(Exception):
+    pass
+
+
+def test_a_coordinator_stopped_mid_generation_resumes_the_population(run_dir, two_slot_client):
+    """The first coordinator stops as soon as a member has paused (as if it were killed): the
+    paused member stays RUNNING at its interval. A second coordinator on the same storage
+    rebuilds the population from the study: the paused member waits for its generation (it
+    is not trained again), and the study ends as an uninterrupted one would."""
+    name = "pbt-restart"
+    spec = _pbt_spec(name)
+    spec["search"]["max_concurrent"] = 1  # one member at a time: the stop finds one paused
+
+    def stop(progress):
+        if progress.last is not None and progress.last.state == "PAUSED":
+            raise _StopAtPause
+
+    with pytest.raises(_StopAtPause):
+        Study(spec, run_dir=run_dir, client=two_slot_client).run(on_progress=stop)
+    paused = [t for t in _study(run_dir, name).trials if t.user_attrs.get("hpsearch.paused_at")]
+    assert len(paused) == 1 and paused[0].state == TrialState.RUNNING
+    assert _steps(run_dir, name, paused[0].number) == [1, 2]
+    Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
+    study = check_pbt_study(run_dir, name, n_trials=7)
+    assert len(study.trials) == 7, "the same budget as without the stop"
+    assert sum(PARENT_TRIAL not in t.user_attrs for t in study.trials) == 4
+
+
+@pytest.mark.slow
+def test_data_parallel_pbt_copies_the_checkpoint_for_every_rank(run_dir, two_slot_client):
+    """Trials of 2 ranks (gloo on CPU slots): the continuation's checkpoint is copied before
+    its ranks start, and both ranks go on from its epoch."""
+    name = "pbt-ddp"
+    spec = _pbt_spec(name, n_trials=3, population=2)
+    spec["objective"]["epochs"] = 4
+    spec["objective"]["gpus_per_trial"] = 2
+    Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
+    study = check_pbt_study(run_dir, name, n_trials=3, population=2, ranks=2)
+    assert len(study.trials) == 3
