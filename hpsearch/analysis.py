@@ -13,14 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._plotting import STATE_COLORS, _figure
 from hpsearch.tracking import tag
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
     from matplotlib.figure import Figure
-
-STATE_COLORS = {"COMPLETE": "#1f77b4", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#7f7f7f"}
 
 
 @dataclass(frozen=True)
@@ -148,15 +147,6 @@ def trials_dataframe(
     # The run's columns (present in some rows only) before the parameters.
     params = [c for c in frame.columns if c.startswith("params_")]
     return frame[[c for c in frame.columns if not c.startswith("params_")] + params]
-
-
-def _figure(title: str) -> tuple[Figure, Any]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(title)
-    return fig, ax
 
 
 def plot_history(study: optuna.Study, *, metric: str) -> Figure:

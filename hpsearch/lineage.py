@@ -78,7 +78,7 @@ def ancestry(trials: Sequence[FrozenTrial], number: int) -> list[Segment]:
 def plot_lineage(study: optuna.Study, *, metric: str) -> Figure:
     """Every trial as a bar over the epochs it trained, an arrow from each parent (at the
     epoch it was continued from) to its continuation; the best trial's line in green."""
-    from hpsearch.analysis import STATE_COLORS, _figure
+    from hpsearch._plotting import STATE_COLORS, _figure
     from hpsearch.coordinator import best_trial
 
     fig, ax = _figure(f"Lineage: trials over epochs ({metric})")
