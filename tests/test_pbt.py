@@ -360,3 +360,77 @@ def test_data_parallel_pbt_copies_the_checkpoint_for_every_rank(run_dir, two_slo
     Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
     study = check_pbt_study(run_dir, name, n_trials=3, population=2, ranks=2)
     assert len(study.trials) == 3
+
+
+def test_a_continuation_keeps_the_optimizer_state_and_takes_its_own_parameters():
+    import torch
+
+    from hpsearch.training._objective import _apply_settings, _optimizer_settings
+
+    class Trainer:
+        def __init__(self, lr):
+            self.model = torch.nn.Linear(3, 1)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, weight_decay=0.01)
+
+    parent = Trainer(0.1)
+    parent.model(torch.ones(2, 3)).sum().backward()
+    parent.optimizer.step()
+    saved = parent.optimizer.state_dict()
+    child = Trainer(0.05)
+    settings = _optimizer_settings(child)
+    child.optimizer.load_state_dict(saved)
+    assert child.optimizer.param_groups[0]["lr"] == 0.1, "torch restores the parent's lr"
+    _apply_settings(settings)
+    assert child.optimizer.param_groups[0]["lr"] == 0.05, "the continuation's own lr"
+    moments = [s["exp_avg"] for s in child.optimizer.state.values()]
+    assert all(
+        torch.equal(a, b["exp_avg"]) for a, b in zip(moments, saved["state"].values(), strict=True)
+    )
+
+
+@pytest.mark.slow
+def test_a_builtin_cnn_continuation_starts_from_its_parents_epoch(run_dir, two_slot_client):
+    """The digits CNN: a continuation's run holds its parent's metrics up to from_epoch (they
+    come with the checkpoint) and its own after; its lr is its own."""
+    name = "pbt-cnn"
+    spec = {
+        "name": name,
+        "objective": {
+            "model": "cnn",
+            "dataset": "digits",
+            "metric": "val_accuracy",
+            "direction": "maximize",
+            "epochs": 3,
+            "precision": "fp32",
+            "params": {"batch_size": 128, "channels": 8},
+            "checkpoint_interval": 0,
+        },
+        "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}},
+        "search": {
+            "n_trials": 3,
+            "sampler": "random",
+            "pruner": "none",
+            "scheduler": "pbt",
+            "pbt": {"population": 2, "interval_epochs": 1, "quantile": 0.5},
+            "seed": 0,
+        },
+    }
+    Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
+    study = _study(run_dir, name)
+    trials = study.trials
+    assert len(trials) == 3 and not [t for t in trials if t.state == TrialState.RUNNING]
+    (child,) = [t for t in trials if PARENT_TRIAL in t.user_attrs]
+    parent = trials[child.user_attrs[PARENT_TRIAL]]
+    epoch = child.user_attrs[FROM_EPOCH]
+    assert child.state == TrialState.COMPLETE and sorted(child.intermediate_values) == [2, 3]
+    assert child.params["lr"] != parent.params["lr"]
+    client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", name)
+    by_number = {int(r.data.tags.get("hpsearch.trial_number", -1)): r for r in runs}
+
+    def history(number):
+        metrics = client.get_metric_history(by_number[number].info.run_id, "val_loss")
+        return {m.step: m.value for m in metrics}
+
+    inherited = {s: v for s, v in history(child.number).items() if s <= epoch}
+    assert inherited == {s: v for s, v in history(parent.number).items() if s <= epoch}
+    assert set(history(child.number)) == {1, 2, 3}, "its own epochs after the inherited ones"
