@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
-from hpsearch.schedulers import PARENT_TRIAL, PAUSED_AT, TARGET, build_scheduler
+from hpsearch.schedulers import PARENT_TRIAL, PAUSED_AT, RESUMES, TARGET, build_scheduler
 from hpsearch.schedulers._driver import SchedulerDriver, _InFlight, _Ready
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
@@ -251,6 +251,8 @@ class Coordinator(SchedulerDriver):
             self._set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
             if item.resume:
                 self._storage.set_trial_user_attr(item.trial_id, PAUSED_AT, None)
+            if item.scheduled:
+                self._count_resume(item.trial_id)
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
             run_trial,
@@ -333,6 +335,7 @@ class Coordinator(SchedulerDriver):
         try:
             attrs = self._storage.get_trial(info.trial_id).user_attrs
             starts = int(attrs.get(ATTEMPT_ATTR, 0)) - interruptions(attrs)
+            starts -= int(attrs.get(RESUMES, 0))  # a scheduler's, after its pauses
         except Exception:
             starts = 0
         return max(self._losses[info.number], starts)
@@ -403,7 +406,12 @@ class Coordinator(SchedulerDriver):
         clear_interrupted(self._storage, (t for t in trials if t.state == TrialState.RUNNING))
         self._pending = ready
         if self.scheduler is not None:  # paused trials wait for a promotion, not a rerun
-            ready[:] = [self._job(job) for job in self.scheduler.restore(trials)]
+            # A trial still marked paused was decided to resume: a scheduled start.
+            held = {t.number for t in trials if t.user_attrs.get(PAUSED_AT) is not None}
+            ready[:] = [
+                self._job(job, scheduled=job.number in held)
+                for job in self.scheduler.restore(trials)
+            ]
             self._take_decided()
             # The sampler's trials (a pbt study's continuations are the scheduler's).
             asked = [t for t in trials if t.state != TrialState.WAITING]

@@ -434,3 +434,74 @@ def test_a_builtin_cnn_continuation_starts_from_its_parents_epoch(run_dir, two_s
     inherited = {s: v for s, v in history(child.number).items() if s <= epoch}
     assert inherited == {s: v for s, v in history(parent.number).items() if s <= epoch}
     assert set(history(child.number)) == {1, 2, 3}, "its own epochs after the inherited ones"
+
+
+@pytest.mark.slow
+def test_a_killed_worker_resumes_a_continuation(run_dir):
+    """The worker running a continuation is killed after its pause: it runs again from its
+    own checkpoint, counted as one lost worker (its start after the pause is not one), and
+    the study ends with every line complete and nothing RUNNING."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    name = "pbt-kill"
+    spec = _pbt_spec(name, n_trials=3, population=2)
+    spec["objective"]["params"] = {"step_s": 0.7}
+    # One retry: the continuation's start after its pause at epoch 4 is not a lost worker.
+    spec["search"]["max_retries"] = 1
+    cluster = start_local_cluster(n_workers=2, gpus_per_trial=1)
+    client = Client(cluster)
+    try:
+        box: dict = {}
+        thread = threading.Thread(
+            target=lambda: box.update(result=Study(spec, run_dir=run_dir, client=client).run()),
+            daemon=True,
+        )
+        thread.start()
+        deadline = time.monotonic() + 180
+        victim = None
+        while victim is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                trials = _study(run_dir, name).get_trials(deepcopy=False)
+            except (KeyError, FileNotFoundError):  # the study is not created yet
+                continue
+            victim = next(
+                (
+                    t
+                    for t in trials
+                    if PARENT_TRIAL in t.user_attrs
+                    and t.state == TrialState.RUNNING
+                    and 5 in t.intermediate_values  # after its pause at epoch 4
+                ),
+                None,
+            )
+        assert victim is not None, "a continuation resumed after its pause"
+        for address, keys in client.processing().items():
+            if any(f"-trial-{victim.number}-" in str(k) for k in keys):
+                os.kill(client.run(os.getpid, workers=[address])[address], signal.SIGKILL)
+                break
+        else:
+            pytest.fail(f"no worker runs trial {victim.number}")
+        thread.join(timeout=300)
+        assert "result" in box, "the study goes on and ends"
+    finally:
+        client.close()
+        cluster.close(timeout=20)
+    study = _study(run_dir, name)
+    child = study.trials[victim.number]
+    # Started at epoch 2, resumed after epoch 4 (a scheduled start), retried once.
+    assert child.user_attrs["hpsearch.attempt"] == 3
+    assert child.user_attrs["hpsearch.scheduled_starts"] == 1
+    assert child.state == TrialState.COMPLETE
+    epoch = child.user_attrs[FROM_EPOCH]
+    assert sorted(child.intermediate_values) == list(range(epoch + 1, 7))
+    assert child.user_attrs[f"loaded_{epoch}"]["trial"] == child.user_attrs[PARENT_TRIAL]
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert sum(t.state == TrialState.COMPLETE for t in study.trials) == 2

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 PAUSED_AT = "hpsearch.paused_at"
 #: User attribute: the epoch a trial runs to before it pauses (the last epoch: it completes).
 TARGET = "hpsearch.target_epoch"
+#: User attribute: how many times a scheduler started the trial again after a pause (its
+#: starts that were neither worker losses nor interruptions).
+RESUMES = "hpsearch.scheduled_starts"
 #: User attributes of a trial that continues another one's checkpoint (population-based).
 PARENT_TRIAL = "parent_trial"
 FROM_EPOCH = "from_epoch"

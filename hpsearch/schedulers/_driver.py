@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpsearch._optuna import trial_id_of
-from hpsearch.schedulers._base import PARENT_TRIAL, PAUSED_AT, TARGET, Ended, Job
+from hpsearch.schedulers._base import PARENT_TRIAL, PAUSED_AT, RESUMES, TARGET, Ended, Job
 from hpsearch.trial import TrialOutcome
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ class _Ready:
     resume: bool
     size: int
     stop_at: int | None = None  # a scheduler's pause (search.scheduler)
+    scheduled: bool = False  # a paused trial a scheduler starts again
 
 
 @dataclass
@@ -58,12 +59,22 @@ class SchedulerDriver:
         def _tell(self, info: _InFlight, outcome: TrialOutcome) -> None: ...
         def _count_outcome(self, outcome: TrialOutcome) -> None: ...
 
-    def _job(self, job: Job) -> _Ready:
+    def _job(self, job: Job, *, scheduled: bool = True) -> _Ready:
+        """The trial of a job; ``scheduled`` when it is a paused trial started again (not a
+        trial a stopped coordinator left running)."""
         if job.trial_id is None:
             return self._continuation(job)
         assert job.number is not None
         params = self._storage.get_trial(job.trial_id).params
-        return _Ready(job.trial_id, job.number, True, self._size(params), job.stop_at)
+        return _Ready(
+            job.trial_id, job.number, True, self._size(params), job.stop_at, scheduled=scheduled
+        )
+
+    def _count_resume(self, trial_id: int) -> None:
+        """One more start after a pause: the trial's starts minus these (and its
+        interruptions) count its lost workers (see Coordinator._losses_of)."""
+        attrs = self._storage.get_trial(trial_id).user_attrs
+        self._storage.set_trial_user_attr(trial_id, RESUMES, int(attrs.get(RESUMES, 0)) + 1)
 
     def _continuation(self, job: Job) -> _Ready:
         """Create the trial that continues ``job.copy_from``'s checkpoint with ``job.params``

@@ -334,8 +334,10 @@ def lineage_walk(trial: optuna.Trial, ctx: TrialContext) -> float:
     larger rate leads. The state (``w``, the step, the trial that wrote it) is checkpointed
     after each step; a trial that starts from a checkpoint records what it loaded as the
     user attribute ``loaded_<step>`` (population-based training's continuations load their
-    parent's), and each step trained is noted."""
+    parent's), and each step trained is noted. ``objective.params.step_s`` makes each step
+    last that many seconds (default 0)."""
     rate = trial.suggest_float("rate", 0.05, 0.5, log=True)
+    step_s = float(ctx.spec.objective.params.get("step_s", 0.0))
     state = ctx.load_checkpoint()
     w, first = 0.0, 1
     if state is not None:
@@ -351,4 +353,5 @@ def lineage_walk(trial: optuna.Trial, ctx: TrialContext) -> float:
         ctx.save_checkpoint({"step": step, "w": w, "trial": trial.number}, step)
         if trial.should_prune():
             raise optuna.TrialPruned()
+        time.sleep(step_s)
     return value
