@@ -34,6 +34,7 @@ from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
+from hpsearch.training._continuation import continue_parent, lineage_tags
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
 from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
 
@@ -103,7 +104,8 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     devices = WorkerDevices.from_env()
     size = trial_size(task)
     with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
-        missing = _continue_parent(task)
+        pbt = task.spec.search.scheduler == "pbt"
+        missing = continue_parent(task, _worker_study(task)) if pbt else None
         if missing is not None:
             return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
@@ -167,37 +169,6 @@ def _run_ranks(
         run.log_text(tb, "traceback.txt")
     run.finish("FAIL")
     return outcome
-
-
-def _lineage(task: TrialTask) -> tuple[int, int] | None:
-    """The trial and epoch whose checkpoint this trial continues (population-based
-    training), from the trial's user attributes; None for any other trial."""
-    if task.spec.search.scheduler != "pbt":
-        return None
-    from hpsearch._optuna import storage_of
-    from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL
-
-    attrs = storage_of(_worker_study(task)).get_trial(task.trial_id).user_attrs
-    if attrs.get(PARENT_TRIAL) is None:
-        return None
-    return int(attrs[PARENT_TRIAL]), int(attrs[FROM_EPOCH])
-
-
-def _continue_parent(task: TrialTask) -> str | None:
-    """Before any rank starts: copy the parent's checkpoint at its epoch into a
-    continuation's store (it then resumes from it like any resumed trial); why it could not."""
-    from hpsearch.training._checkpoint import continue_from
-
-    lineage = _lineage(task)
-    if lineage is None:
-        return None
-    parent, epoch = lineage
-    if continue_from(Path(task.study_dir) / "checkpoints", parent, epoch, task.trial_number):
-        return None
-    return (
-        f"trial {parent} left no checkpoint at epoch {epoch} to continue from (a user "
-        "objective saves one with ctx.save_checkpoint after each report)"
-    )
 
 
 def _failed_before_start(task: TrialTask, reason: str, error_type: str) -> TrialOutcome:
@@ -267,7 +238,7 @@ def execute(
             tag.DEVICES: devices.label(device_ids),
             tag.WORLD_SIZE: world_size,
             tag.ATTEMPT: attempt,
-            **_lineage_tags(task, study),
+            **lineage_tags(task, study),
         },
         resume=resumed,
     )
@@ -375,17 +346,6 @@ def execute(
         outcome.extra["traceback"] = tb
     _finish(task, tracked, run, outcome, start, figures)
     return outcome
-
-
-def _lineage_tags(task: TrialTask, study: optuna.Study | None) -> dict[str, int]:
-    """A continuation's run says which trial it continues, and from which epoch."""
-    try:
-        lineage = _lineage(task) if study is not None else None
-    except Exception:  # the study is unreachable: the run records why the trial failed
-        return {}
-    if lineage is None:
-        return {}
-    return {tag.PARENT_TRIAL: lineage[0], tag.FROM_EPOCH: lineage[1]}
 
 
 def _paused_at(tracked: TrackedTrial | None, exc: BaseException) -> int | None:
