@@ -13,14 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._plotting import STATE_COLORS, _figure
 from hpsearch.tracking import tag
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
     from matplotlib.figure import Figure
-
-STATE_COLORS = {"COMPLETE": "#1f77b4", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#7f7f7f"}
 
 
 @dataclass(frozen=True)
@@ -148,15 +147,6 @@ def trials_dataframe(
     # The run's columns (present in some rows only) before the parameters.
     params = [c for c in frame.columns if c.startswith("params_")]
     return frame[[c for c in frame.columns if not c.startswith("params_")] + params]
-
-
-def _figure(title: str) -> tuple[Figure, Any]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(title)
-    return fig, ax
 
 
 def plot_history(study: optuna.Study, *, metric: str) -> Figure:
@@ -304,7 +294,12 @@ def write_report(
         html = folder / "report.html"
         html.write_text(_pareto_html(study, names), encoding="utf-8")
         return [path, html]
-    for name, plot in PLOTTERS.items():
+    plotters = dict(PLOTTERS)
+    from hpsearch.lineage import has_lineage, plot_lineage, plot_param_schedule
+
+    if has_lineage(study):  # population-based training: who continued whom, and with what
+        plotters.update(lineage=plot_lineage, param_schedule=plot_param_schedule)
+    for name, plot in plotters.items():
         path = folder / f"{name}.png"
         plot(study, metric=metric).savefig(path, dpi=110)
         written.append(path)

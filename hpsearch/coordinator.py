@@ -10,7 +10,9 @@ ends it FAIL with the reason ("worker lost 3 times: ..."). Nothing waits on a ti
 The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in the study
 as a whole, so running the same study again resumes it: trials an earlier coordinator left
 RUNNING (killed, or interrupted by Ctrl-C: see :mod:`hpsearch.interruption`) are run again
-(from their checkpoints), and only the missing trials are asked for.
+(from their checkpoints), and only the missing trials are asked for. With a scheduler the
+sampler gives what :meth:`~hpsearch.schedulers.Scheduler.budget` says (pbt: the population;
+its continuations are created by the scheduler, within ``search.n_trials``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from optuna.trial import TrialState
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
-from hpsearch.schedulers import PAUSED_AT, TARGET, Job, RungPoint, build_scheduler
+from hpsearch.schedulers import PARENT_TRIAL, PAUSED_AT, RESUMES, TARGET, build_scheduler
+from hpsearch.schedulers._driver import SchedulerDriver, _InFlight, _Ready
 from hpsearch.space import to_distributions
 from hpsearch.tracking import tag
 from hpsearch.training._runner import run_trial
@@ -79,27 +82,7 @@ class Progress:
         return (self.finished or time.monotonic()) - self.started
 
 
-@dataclass
-class _Ready:
-    """A trial that is in the study and waits for a free set."""
-
-    trial_id: int
-    number: int
-    resume: bool
-    size: int
-    stop_at: int | None = None  # a scheduler's pause (search.scheduler)
-
-
-@dataclass
-class _InFlight:
-    number: int
-    trial_id: int
-    submitted: float
-    size: int = 1
-    stop_at: int | None = None
-
-
-class Coordinator:
+class Coordinator(SchedulerDriver):
     """Runs a study's remaining trials on a Dask cluster."""
 
     def __init__(
@@ -142,7 +125,10 @@ class Coordinator:
         self._study_id = study_id_of(study)
         self._capacity_read = time.monotonic()
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
-        self.scheduler = build_scheduler(spec)  # asha: pauses and promotions (else None)
+        # asha: pauses and promotions; pbt: a population exploiting its best (else None)
+        self.scheduler = build_scheduler(
+            spec, params_of=lambda trial_id: self._storage.get_trial(trial_id).params
+        )
         # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
         self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
         self.interrupted = 0  # trials left to resume by an interruption
@@ -265,6 +251,8 @@ class Coordinator:
             self._set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
             if item.resume:
                 self._storage.set_trial_user_attr(item.trial_id, PAUSED_AT, None)
+            if item.scheduled:
+                self._count_resume(item.trial_id)
         resources = {self.capacity.key: item.size} if self.capacity.key else None
         future = self.client.submit(
             run_trial,
@@ -347,6 +335,7 @@ class Coordinator:
         try:
             attrs = self._storage.get_trial(info.trial_id).user_attrs
             starts = int(attrs.get(ATTEMPT_ATTR, 0)) - interruptions(attrs)
+            starts -= int(attrs.get(RESUMES, 0))  # a scheduler's, after its pauses
         except Exception:
             starts = 0
         return max(self._losses[info.number], starts)
@@ -389,52 +378,6 @@ class Coordinator:
             error_type=type(exc).__name__ if exc is not None else None,
         )
 
-    # ---------------------------------------------------------------- scheduler hooks
-
-    def _job(self, job: Job) -> _Ready:
-        assert job.trial_id is not None and job.number is not None
-        params = self._storage.get_trial(job.trial_id).params
-        return _Ready(job.trial_id, job.number, True, self._size(params), job.stop_at)
-
-    def _promotion(self, ready: list[_Ready]) -> bool:
-        """Put a promoted paused trial at the head of ``ready`` (promotions go before new
-        trials); whether there was one."""
-        if self.scheduler is None or ready or len(self.in_flight) >= self.max_concurrent:
-            return False
-        job = self.scheduler.next()
-        if job is None:
-            return False
-        ready.append(self._job(job))
-        return True
-
-    def _paused(self, info: _InFlight, future: Future, result: Any) -> bool:
-        """Hand a paused trial to the scheduler (it stays RUNNING in the study, holding no
-        set); whether it was one."""
-        if self.scheduler is None or future.status != "finished":
-            return False
-        if not isinstance(result, TrialOutcome) or result.state != "PAUSED":
-            if isinstance(result, TrialOutcome):
-                self.scheduler.ended(info.number, result.state)
-            return False
-        value: Any = result.value
-        if result.values is not None:  # several objectives: all their values at the rung
-            constraints = result.extra.get("constraints") or {}
-            value = RungPoint(tuple(result.values), dict(constraints))
-        assert result.last_step is not None and value is not None
-        self._storage.set_trial_user_attr(info.trial_id, PAUSED_AT, result.last_step)
-        self.scheduler.paused(info.number, info.trial_id, result.last_step, value)
-        self.progress.last = result
-        return True
-
-    def _close_paused(self, asking: bool) -> None:
-        """Nothing in flight: the paused trials the scheduler gives up on end now."""
-        if self.scheduler is None:
-            return
-        for end in self.scheduler.closing(asking):
-            outcome = TrialOutcome(end.number, end.state, value=end.value, reason=end.reason)
-            self._tell(_InFlight(end.number, end.trial_id, 0.0), outcome)
-            self._count_outcome(outcome)
-
     # ---------------------------------------------------------------- the loop
 
     def run(self) -> Progress:
@@ -461,8 +404,19 @@ class Coordinator:
         ]
         to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
         clear_interrupted(self._storage, (t for t in trials if t.state == TrialState.RUNNING))
+        self._pending = ready
         if self.scheduler is not None:  # paused trials wait for a promotion, not a rerun
-            ready = [self._job(job) for job in self.scheduler.restore(trials)]
+            # A trial still marked paused was decided to resume: a scheduled start.
+            held = {t.number for t in trials if t.user_attrs.get(PAUSED_AT) is not None}
+            ready[:] = [
+                self._job(job, scheduled=job.number in held)
+                for job in self.scheduler.restore(trials)
+            ]
+            self._take_decided()
+            # The sampler's trials (a pbt study's continuations are the scheduler's).
+            asked = [t for t in trials if t.state != TrialState.WAITING]
+            asked = [t for t in asked if PARENT_TRIAL not in t.user_attrs]
+            to_ask = max(0, self.scheduler.budget(spec.n_trials) - len(asked))
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
         finished = as_completed(with_results=True, raise_errors=False)
@@ -488,7 +442,6 @@ class Coordinator:
                 finished.add(self._submit(ready.pop(0)))
             self.progress.running = len(self.in_flight)
 
-        self._pending = ready
         self._emit()
         try:
             fill()

@@ -2,6 +2,8 @@
 
 ``RUN_DIR/NAME/optuna.journal``   the Optuna study (default storage)
 ``RUN_DIR/NAME/checkpoints/``      one checkpoint per trial, written atomically each epoch
+``RUN_DIR/NAME/checkpoints/pbt/``  population-based training: each member's checkpoint at
+                                   each interval, which continuations copy
 ``RUN_DIR/NAME/tracking-backlog/`` MLflow writes kept while the tracking store was unreachable
 ``RUN_DIR/NAME/study.yaml``        the spec as it was run
 ``RUN_DIR/mlflow.db``              one MLflow store for all studies of the run folder

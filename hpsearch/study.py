@@ -218,6 +218,29 @@ class Study:
 
         return plot_parallel_coordinate(self.optuna_study(), metric=self.spec.metric)
 
+    def plot_lineage(self) -> Any:
+        """A population-based study's trials over epochs, each continuation linked to the
+        trial it continued from."""
+        from hpsearch.lineage import plot_lineage
+
+        return plot_lineage(self.optuna_study(), metric=self.spec.metric)
+
+    def plot_param_schedule(self) -> Any:
+        """The best trial's hyperparameters along its line of ancestors, epoch by epoch."""
+        from hpsearch.lineage import plot_param_schedule
+
+        return plot_param_schedule(self.optuna_study(), metric=self.spec.metric)
+
+    def param_schedule(self) -> list[Any]:
+        """The best trial's line: ``Segment(trial, first_epoch, last_epoch, params)`` from the
+        first trial of the population to it (one segment for a trial that continued none)."""
+        from hpsearch.coordinator import best_trial
+        from hpsearch.lineage import ancestry
+
+        study = self.optuna_study()
+        best = best_trial(study)
+        return [] if best is None else ancestry(study.get_trials(deepcopy=False), best.number)
+
     def report(self) -> list[Path]:
         """Write the plots (PNG, and one interactive HTML page) to ``RUN_DIR/NAME/report/`` and
         log them as artifacts of the study's MLflow run; return the files."""

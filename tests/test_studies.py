@@ -44,8 +44,13 @@ def test_every_study_file_is_commented():
 @pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
 def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
     # A study of 2-device trials starts its own cluster (the shared one has 1-slot workers).
-    client = dask_client if StudySpec.from_yaml(path).trial_size == 1 else None
-    study = Study.from_yaml(path, n_trials=2, epochs=2, run_dir=run_dir, client=client)
+    spec = StudySpec.from_yaml(path)
+    client = dask_client if spec.trial_size == 1 else None
+    overrides: dict = {"n_trials": 2, "epochs": 2}
+    if spec.search.scheduler == "pbt":  # a population of the 2 trials, exploiting after epoch 1
+        overrides["search.pbt"] = {**spec.search.pbt.model_dump(), "population": 2}
+        overrides["search.pbt"]["interval_epochs"] = 1
+    study = Study.from_yaml(path, **overrides, run_dir=run_dir, client=client)
     result = study.run()
     trials = study.optuna_study().get_trials()
     assert len(trials) == 2

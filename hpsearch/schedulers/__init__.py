@@ -2,21 +2,23 @@
 frees its set, and runs again later from that checkpoint (``search.scheduler``).
 
 ``asha``: asynchronous successive halving by promotion (:mod:`._asha`); with several
-objectives its rungs are ranked by Pareto fronts (:mod:`._mo_asha`). ``pbt``
-(population-based training) is a reserved name, refused by the spec for now. The
+objectives its rungs are ranked by Pareto fronts (:mod:`._mo_asha`). ``pbt``:
+population-based training (:mod:`._pbt`). The
 coordinator drives a scheduler through the hooks of :class:`Scheduler`; the decisions
 themselves are pure functions, tested on their own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.schedulers._asha import AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.schedulers._base import (
     FROM_EPOCH,
     PARENT_TRIAL,
     PAUSED_AT,
+    RESUMES,
     TARGET,
     Ended,
     Job,
@@ -29,6 +31,7 @@ from hpsearch.schedulers._mo_asha import (
     pareto_order,
     promotable_points,
 )
+from hpsearch.schedulers._pbt import PbtScheduler, exploit, perturb, snap
 
 if TYPE_CHECKING:
     from hpsearch.spec import StudySpec
@@ -37,25 +40,33 @@ __all__ = [
     "FROM_EPOCH",
     "PARENT_TRIAL",
     "PAUSED_AT",
+    "RESUMES",
     "TARGET",
     "AshaScheduler",
     "Ended",
     "Job",
     "ParetoAshaScheduler",
+    "PbtScheduler",
     "RungPoint",
     "Scheduler",
     "build_scheduler",
     "crowding_distances",
     "cutoff",
+    "exploit",
     "pareto_order",
+    "perturb",
     "promotable",
     "promotable_points",
     "rung_epochs",
+    "snap",
 ]
 
 
-def build_scheduler(spec: StudySpec) -> Scheduler | None:
-    """The study's scheduler, or None (``search.scheduler: none``)."""
+def build_scheduler(
+    spec: StudySpec, *, params_of: Callable[[int], Mapping[str, Any]] | None = None
+) -> Scheduler | None:
+    """The study's scheduler, or None (``search.scheduler: none``); ``params_of`` reads a
+    trial's parameters by its id (pbt perturbs them)."""
     search = spec.search
     maximize = spec.direction.value == "maximize"
     if search.scheduler == "asha" and spec.is_multi_objective:
@@ -75,6 +86,27 @@ def build_scheduler(spec: StudySpec) -> Scheduler | None:
             brackets=search.asha.brackets,
             max_epochs=spec.objective.epochs,
             maximize=maximize,
+            metric=spec.metric,
+        )
+    if search.scheduler == "pbt":
+        from hpsearch.space import to_distributions
+
+        if params_of is None:
+            raise ValueError("a pbt scheduler needs params_of")
+        pbt = search.pbt
+        return PbtScheduler(
+            population=pbt.population,
+            interval_epochs=pbt.interval_epochs,
+            quantile=pbt.quantile,
+            perturb=pbt.perturb,
+            resample_probability=pbt.resample_probability,
+            distributions=to_distributions(spec.space),
+            mutate=pbt.mutate,
+            n_trials=search.n_trials,
+            max_epochs=spec.objective.epochs,
+            maximize=maximize,
+            params_of=params_of,
+            seed=search.seed,
             metric=spec.metric,
         )
     return None

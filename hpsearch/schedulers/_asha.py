@@ -142,6 +142,9 @@ class AshaScheduler:
         """What ``trial`` reported at ``epoch`` (None when it did not reach it)."""
         return trial.intermediate_values.get(epoch)
 
+    def decided(self) -> list[Job]:
+        return []  # promotions wait for a free set (next)
+
     def closing(self, asking: bool) -> list[Ended]:
         """With no trial left to start, the paused trials that cannot be promoted end PRUNED."""
         if asking:

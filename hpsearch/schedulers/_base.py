@@ -13,22 +13,12 @@ if TYPE_CHECKING:
 PAUSED_AT = "hpsearch.paused_at"
 #: User attribute: the epoch a trial runs to before it pauses (the last epoch: it completes).
 TARGET = "hpsearch.target_epoch"
+#: User attribute: how many times a scheduler started the trial again after a pause (its
+#: starts that were neither worker losses nor interruptions).
+RESUMES = "hpsearch.scheduled_starts"
 #: User attributes of a trial that continues another one's checkpoint (population-based).
 PARENT_TRIAL = "parent_trial"
 FROM_EPOCH = "from_epoch"
-
-
-@dataclass
-class Job:
-    """A trial the scheduler wants run: a paused one resumed (``trial_id`` set), or a new one
-    continuing ``copy_from``'s checkpoint with ``params`` (``trial_id`` None)."""
-
-    number: int | None
-    trial_id: int | None
-    stop_at: int | None  # the epoch to pause at; None runs the trial to its last epoch
-    params: dict[str, Any] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
-    copy_from: int | None = None
 
 
 @dataclass
@@ -42,12 +32,28 @@ class Ended:
     value: float | None = None
 
 
+@dataclass
+class Job:
+    """A trial the scheduler wants run: a paused one resumed (``trial_id`` set), or a new one
+    continuing ``copy_from``'s checkpoint with ``params`` (``trial_id`` None), which
+    ``replaces`` a paused trial that ends when it is created."""
+
+    number: int | None
+    trial_id: int | None
+    stop_at: int | None  # the epoch to pause at; None runs the trial to its last epoch
+    params: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    copy_from: int | None = None
+    replaces: Ended | None = None
+
+
 class Scheduler(Protocol):
     """Decides where trials pause and which paused ones run again.
 
     The coordinator calls :meth:`restore` once, :meth:`stop_at` for each trial the sampler
-    gives, :meth:`paused` and :meth:`ended` as trials come back, :meth:`next` whenever a
-    set is free, and :meth:`closing` (repeatedly) once nothing is left in flight.
+    gives, :meth:`paused` and :meth:`ended` as trials come back (then :meth:`decided`),
+    :meth:`next` whenever a set is free, and :meth:`closing` (repeatedly) once nothing is
+    left in flight.
     """
 
     def budget(self, n_trials: int) -> int:
@@ -68,6 +74,10 @@ class Scheduler(Protocol):
 
     def next(self) -> Job | None:
         """A trial to run now, or None."""
+
+    def decided(self) -> list[Job]:
+        """The trials decided since the last call, to queue at once (population-based
+        training decides a whole interval when its last member pauses)."""
 
     def closing(self, asking: bool) -> list[Ended]:
         """Nothing is in flight (and nothing is left to ask unless ``asking``): paused trials

@@ -437,24 +437,21 @@ def _check_objective_metrics(
                 )
 
 
-def _check_scheduler(raw_search: Any, search: Any, objective: Any, problems: _Problems) -> None:
+def _check_scheduler(
+    raw_search: Any, search: Any, objective: Any, problems: _Problems, space: Any = None
+) -> None:
     """A scheduler replaces the pruner, and needs checkpoints and rungs below the epochs."""
     if search is None or search.scheduler == "none":
         return
     name = search.scheduler
-    if name == "pbt":
-        problems.add(
-            "search.scheduler",
-            "pbt (population-based training) is not available in this version (allowed: none, "
-            "asha)",
-        )
-        return
     if search.pruner.name != "none" and isinstance(raw_search, Mapping) and "pruner" in raw_search:
         problems.add(
             "search.pruner",
             f"search.scheduler {name} decides which trials stop; set pruner: none "
             "(or scheduler: none to let the pruner decide)",
         )
+    if name == "pbt":
+        _check_pbt(search, objective, problems, space)
     if objective is None:
         return
     if objective.checkpoint_interval is None and ":" not in objective.model:
@@ -476,3 +473,27 @@ def _check_scheduler(raw_search: Any, search: Any, objective: Any, problems: _Pr
             f"must be below objective.epochs ({epochs}) for the population to exploit, "
             f"got {search.pbt.interval_epochs}",
         )
+
+
+def _check_pbt(search: Any, objective: Any, problems: _Problems, space: Any) -> None:
+    """The budget holds the population; one metric ranks it; mutated names are searched."""
+    pbt = search.pbt
+    if search.n_trials < pbt.population:
+        problems.add(
+            "search.n_trials",
+            f"counts every trial of a pbt study, the population's first {pbt.population} and "
+            f"their continuations; must be >= search.pbt.population, got {search.n_trials}",
+        )
+    if objective is not None and objective.metrics is not None:
+        problems.add(
+            "search.scheduler",
+            "pbt ranks the population by one metric; objective.metrics lists several "
+            "(use objective.metric, or scheduler: none)",
+        )
+    if pbt.mutate is not None and space is not None:
+        for key in pbt.mutate:
+            if key not in space:
+                problems.add(
+                    "search.pbt.mutate",
+                    f"{key!r} is not a searched parameter {_allowed(list(space))}",
+                )

@@ -422,8 +422,8 @@ def _perturb(value: Any) -> Any:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise _fail(f"expected two factors [down, up] such as [0.8, 1.2], got {_show(value)}")
     down, up = (_expect_float(v) for v in value)
-    if not 0.0 < down <= 1.0 <= up:
-        raise _fail(f"expected 0 < down <= 1 <= up, got [{down:g}, {up:g}]")
+    if not 0.0 < down < 1.0 < up:
+        raise _fail(f"expected 0 < down < 1 < up, got [{down:g}, {up:g}]")
     return (down, up)
 
 
@@ -467,6 +467,14 @@ class PbtSpec(_Spec):
         ge=0.0,
         le=1.0,
         description="Chance a parameter is drawn afresh from the space instead. Default 0.25.",
+    )
+    mutate: list[str] | None = Field(
+        default=None,
+        description=(
+            "The searched parameters a continuation perturbs; the others are copied from the "
+            "trial it continues. Default null: the float parameters (a parameter that shapes "
+            "the model, such as a layer width, cannot change under trained weights)."
+        ),
     )
 
 

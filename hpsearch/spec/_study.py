@@ -155,7 +155,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
     pruner = strategies.get("pruner")
     if pruner is not None and pruner.name != "pareto":
         _check_strategy("pruner", pruner, {**PRUNER_CLASSES, "pareto": ""}, problems)
-    _check_scheduler(data.get("search"), out.get("search"), out.get("objective"), problems)
+    _check_scheduler(data.get("search"), out.get("search"), out.get("objective"), problems, space)
 
     if problems.lines:
         raise SpecError(problems.lines)

@@ -347,3 +347,31 @@ def held_training(trial: optuna.Trial, ctx: TrialContext) -> float:
         if trial.should_prune():
             raise optuna.TrialPruned()
     return float(loss)
+
+
+def lineage_walk(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Minimize ``1 - w``: each step moves ``w`` the share ``rate`` of the way to 1, so a
+    larger rate leads. The state (``w``, the step, the trial that wrote it) is checkpointed
+    after each step; a trial that starts from a checkpoint records what it loaded as the
+    user attribute ``loaded_<step>`` (population-based training's continuations load their
+    parent's), and each step trained is noted. ``objective.params.step_s`` makes each step
+    last that many seconds (default 0)."""
+    rate = trial.suggest_float("rate", 0.05, 0.5, log=True)
+    step_s = float(ctx.spec.objective.params.get("step_s", 0.0))
+    state = ctx.load_checkpoint()
+    w, first = 0.0, 1
+    if state is not None:
+        w, first = float(state["w"]), int(state["step"]) + 1
+        if ctx.is_main:
+            trial.set_user_attr(f"loaded_{state['step']}", {"trial": state["trial"], "w": w})
+    value = float("nan")
+    for step in range(first, ctx.spec.objective.epochs + 1):
+        w += rate * (1.0 - w)
+        value = 1.0 - w
+        _note(ctx, trial, f"step {step}")
+        trial.report(value, step)
+        ctx.save_checkpoint({"step": step, "w": w, "trial": trial.number}, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        time.sleep(step_s)
+    return value

@@ -118,3 +118,68 @@ class CheckpointStore:
         for path in (self.latest, self.previous):
             for p in (path, self._digest_path(path)):
                 p.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- population-based training
+
+#: A trial's checkpoint files (a plain store's, with its digest; a sharded store's folder).
+_SUFFIXES = (".pt", ".pt.sha256", ".dcp")
+
+
+def _place(src: Path, dst: Path) -> None:
+    """``src`` at ``dst``: a hard link (the stores replace files, never write into them), a
+    copy where links are not possible, a copied tree for a folder."""
+    import shutil
+
+    if src.is_dir():
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+        return
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def snapshot_path(directory: str | os.PathLike[str], trial_number: int, epoch: int) -> Path:
+    """Where a paused trial's checkpoint at ``epoch`` is kept for its continuations."""
+    return Path(directory) / "pbt" / f"trial-{trial_number}.epoch-{epoch}"
+
+
+def snapshot(directory: str | os.PathLike[str], trial_number: int, epoch: int) -> bool:
+    """Keep trial ``trial_number``'s latest checkpoint (written at the pause at ``epoch``)
+    as its checkpoint at that epoch; whether it had one. The digest goes last, so a
+    snapshot without one is incomplete."""
+    directory = Path(directory)
+    kept = snapshot_path(directory, trial_number, epoch)
+    found = False
+    for suffix in _SUFFIXES:
+        src = directory / f"trial-{trial_number}{suffix}"
+        if src.exists():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            _place(src, kept.with_name(kept.name + suffix))
+            found = True
+    return found
+
+
+def continue_from(directory: str | os.PathLike[str], parent: int, epoch: int, child: int) -> bool:
+    """Give trial ``child`` the checkpoint trial ``parent`` had at ``epoch``, unless the
+    child already has checkpoints of its own (it ran before); whether it has one now."""
+    directory = Path(directory)
+    own = [directory / f"trial-{child}{s}" for s in (".pt", ".prev.pt", ".dcp", ".prev.dcp")]
+    if any(p.exists() for p in own):
+        return True
+    kept = snapshot_path(directory, parent, epoch)
+    sources = [(kept.with_name(kept.name + s), s) for s in _SUFFIXES]
+    sources = [(src, s) for src, s in sources if src.exists()]
+    if not sources:
+        return False
+    for src, suffix in sources:  # the digest after the checkpoint it vouches for
+        _place(src, directory / f"trial-{child}{suffix}")
+    return True

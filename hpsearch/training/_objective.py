@@ -64,6 +64,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
         parallel=layout,
     )
     keep = spec.objective.checkpoint_interval is not None
+    settings = _optimizer_settings(trainer)
     checkpoints: Any
     if strategy == "fsdp":  # sharded: every rank writes and reads its own shards
         checkpoints = (
@@ -88,6 +89,9 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     if state is not None:
         if "trainer" in state:
             trainer.load_state_dict(state["trainer"])
+        # The trial's parameters set the optimizers (a continuation's are perturbed); the
+        # checkpoint restores their state (moments, momentum buffers).
+        _apply_settings(settings)
         first_epoch = int(state["epoch"]) + 1
         history = dict(state.get("metrics", {}))
         for epoch, logged in sorted(history.items()):
@@ -217,6 +221,23 @@ def _epochs(
             last_checkpoint = now
     apply_constraints(trial, spec, everything)
     return value
+
+
+def _optimizer_settings(trainer: Any) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """Each optimizer of the trainer with its groups' settings (lr, weight decay, ...)."""
+    import torch
+
+    return [
+        (opt, [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups])
+        for opt in vars(trainer).values()
+        if isinstance(opt, torch.optim.Optimizer)
+    ]
+
+
+def _apply_settings(settings: list[tuple[Any, list[dict[str, Any]]]]) -> None:
+    for opt, groups in settings:
+        for group, wanted in zip(opt.param_groups, groups, strict=False):
+            group.update(wanted)
 
 
 def _save(checkpoints, trainer, state: dict, *, background: bool = False) -> None:  # type: ignore[no-untyped-def]

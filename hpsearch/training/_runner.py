@@ -34,6 +34,7 @@ from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
+from hpsearch.training._continuation import continue_parent, lineage_tags
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
 from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
 
@@ -103,6 +104,10 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     devices = WorkerDevices.from_env()
     size = trial_size(task)
     with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
+        pbt = task.spec.search.scheduler == "pbt"
+        missing = continue_parent(task, _worker_study(task)) if pbt else None
+        if missing is not None:
+            return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
         if size == 1 and task.spec.objective.trial_timeout is None:
             # In the worker's own process: no start-up at all. A trial with a time limit
@@ -166,6 +171,20 @@ def _run_ranks(
     return outcome
 
 
+def _failed_before_start(task: TrialTask, reason: str, error_type: str) -> TrialOutcome:
+    run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
+    run.set_tags({tag.FAIL_REASON: reason, tag.ERROR_TYPE: error_type})
+    run.finish("FAIL")
+    return TrialOutcome(
+        task.trial_number,
+        "FAIL",
+        reason=reason,
+        error_type=error_type,
+        worker=_worker_address(),
+        pid=os.getpid(),
+    )
+
+
 def _peer_lost(reason: str | None) -> bool:
     """Whether a rank's error says only that another rank left (gloo / NCCL)."""
     text = (reason or "").partition("\n")[0].lower()
@@ -219,6 +238,7 @@ def execute(
             tag.DEVICES: devices.label(device_ids),
             tag.WORLD_SIZE: world_size,
             tag.ATTEMPT: attempt,
+            **lineage_tags(task, study),
         },
         resume=resumed,
     )
@@ -290,6 +310,10 @@ def execute(
             else:
                 outcome.value = frozen.intermediate_values.get(paused)
             run.set_tags({tag.PAUSED_AT: paused})
+            if spec.search.scheduler == "pbt":  # kept for the continuations of this epoch
+                from hpsearch.training._checkpoint import snapshot
+
+                snapshot(Path(task.study_dir) / "checkpoints", task.trial_number, paused)
             _finish(task, tracked, run, outcome, start, figures)
             return outcome
         outcome.state = "PRUNED"
