@@ -277,6 +277,7 @@ def tpe_ask_ms(history: int, repeats: int = 20) -> float:
     """TPE's own ask + sample time (ms) with ``history`` complete trials, in one process."""
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=0, multivariate=True, constant_liar=True)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(_objective, n_trials=history)
@@ -347,6 +348,20 @@ def main() -> None:
             load.append(os.getloadavg()[0])
             print(f"round {r + 1}: {setup} done", file=sys.stderr)
     span = args.large - args.small
+    if args.repeat > 0:
+        _budget_table(args, setups, walls, cpus, load, span)
+    if args.growth:
+        _growth_table(args.growth, setups, args.n_workers)
+
+
+def _budget_table(
+    args: argparse.Namespace,
+    setups: list[str],
+    walls: dict[tuple[str, int], list[float]],
+    cpus: dict[tuple[str, int], list[float]],
+    load: list[float],
+    span: int,
+) -> None:
     rows = []
     per: dict[str, float] = {}
     per_cpu: dict[str, float] = {}
@@ -384,24 +399,28 @@ def main() -> None:
             f"\nhpsearch / (Optuna + DaskStorage): {per['hpsearch'] / per['dask']:.2f} (wall), "
             f"{per_cpu['hpsearch'] / per_cpu['dask']:.2f} (CPU)"
         )
-    if args.growth:
-        n = args.growth
-        grows = []
-        for setup in setups:
-            first, last = window_costs(setup, n, args.n_workers)
-            grows.append((SETUPS[setup], f"{first:.1f}", f"{last:.1f}", f"{last - first:+.1f}"))
-            print(f"growth: {setup} done", file=sys.stderr)
-        early, late = tpe_ask_ms(WINDOW // 2), tpe_ask_ms(n - WINDOW // 2)
-        grows.append(
-            (
-                f"TPE ask + 3 suggests alone, {WINDOW // 2} vs {n - WINDOW // 2} trials",
-                f"{early:.1f}",
-                f"{late:.1f}",
-                f"{late - early:+.1f}",
-            )
+
+
+def _growth_table(n: int, setups: list[str], n_workers: int) -> None:
+    grows = []
+    for setup in setups:
+        first, last = window_costs(setup, n, n_workers)
+        grows.append((SETUPS[setup], f"{first:.1f}", f"{last:.1f}", f"{last - first:+.1f}"))
+        print(f"growth: {setup} done", file=sys.stderr)
+    early, late = tpe_ask_ms(WINDOW // 2), tpe_ask_ms(n - WINDOW // 2)
+    grows.append(
+        (
+            f"TPE ask + 3 suggests alone, {WINDOW // 2} vs {n - WINDOW // 2} trials",
+            f"{early:.1f}",
+            f"{late:.1f}",
+            f"{late - early:+.1f}",
         )
-        print(f"\none {n}-trial study: ms per trial of the first and the last {WINDOW}\n")
-        print(table(["setup", f"trials 0-{WINDOW}", f"trials {n - WINDOW}-{n}", "growth"], grows))
+    )
+    print(
+        f"\none {n}-trial study: ms per trial of the first and the last {WINDOW} "
+        f"(load average {os.getloadavg()[0]:.1f} at the end)\n"
+    )
+    print(table(["setup", f"trials 0-{WINDOW}", f"trials {n - WINDOW}-{n}", "growth"], grows))
 
 
 if __name__ == "__main__":
