@@ -113,6 +113,10 @@ class _JournalSyncer:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        self.reset()
+
+    def reset(self) -> None:
+        """Start empty (in a forked child: the parent's thread and lock are not its own)."""
         self._cond = threading.Condition()
         self._dirty: set[str] = set()
         self._writes = 0  # appends noted, ever
@@ -144,8 +148,10 @@ class _JournalSyncer:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-                except OSError as exc:  # the file is gone (a removed temporary study)
-                    log.debug("journal %s not synced: %s", path, exc)
+                except FileNotFoundError:
+                    pass  # the study's folder was removed: nothing left to sync
+                except OSError as exc:
+                    log.warning("could not fsync the journal %s: %s", path, exc)
             with self._cond:
                 self._synced = max(self._synced, upto)
                 self._cond.notify_all()
@@ -175,6 +181,8 @@ def sync_journals(timeout: float | None = 30.0) -> bool:
 
 
 atexit.register(sync_journals)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_syncer.reset)
 
 
 @dataclass

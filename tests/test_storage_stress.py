@@ -141,6 +141,22 @@ def test_journal_appends_are_in_the_file_at_once_and_on_disk_after_sync(tmp_path
     assert synced  # made by the background thread, for all the appends before it
 
 
+def test_a_forked_child_does_not_wait_on_the_parents_journal_sync(tmp_path):
+    """A child forked while appends wait for their fsync starts with nothing to wait for (the
+    parent's thread syncs them), so its exit never hangs on a lock it copied."""
+    import os
+
+    path = str(tmp_path / "optuna.journal")
+    study = optuna.create_study(study_name="s", storage=JournalStorage(journal_backend(path)))
+    study.tell(study.ask({"x": FloatDistribution(0.0, 1.0)}), 1.0)
+    pid = os.fork()
+    if pid == 0:  # the child
+        os._exit(0 if sync_journals(timeout=5.0) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sync_journals()
+
+
 def test_the_proxy_server_is_built_on_a_checked_optuna():
     """StorageProxy builds the server from Optuna's private servicer: checked on Optuna 5.0-5.1."""
     from optuna.storages._grpc.servicer import OptunaStorageProxyService
