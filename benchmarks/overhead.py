@@ -22,6 +22,10 @@ time at those two history sizes (measured apart, in one process), so that the gr
 split into TPE's and the orchestration's.
 
     python benchmarks/overhead.py [--small 20] [--large 220] [--repeat 3] [--growth 2000]
+        [--setups floor,dask,hpsearch] [--baseline DIR]
+
+The CPU columns are user + system seconds of each command's whole process tree, taken the
+same way (difference of the two budgets): on a shared machine they move far less than wall.
 
 Needs ``pip install optuna-integration`` for the DaskStorage row.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -160,10 +165,14 @@ def peer_floor(n_trials: int, folder: Path, n_workers: int) -> None:
 # ------------------------------------------------------------------ one timed command
 
 
-def _env() -> dict[str, str]:
+#: Another checkout of hpsearch to run as the "before" row (--baseline DIR), if any.
+BASELINE: Path | None = None
+
+
+def _env(root: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    root = root or Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     return env
 
 
@@ -174,26 +183,39 @@ def _hpsearch_command(n_trials: int, folder: Path, n_workers: int) -> tuple[list
     return [exe, "run", "study.yaml", "--n-trials", str(n_trials), "--run-dir", "runs"], folder
 
 
-def timed(setup: str, n_trials: int, n_workers: int, keep: Path | None = None) -> float:
-    """Wall seconds of one command that runs a fresh ``n_trials`` study of ``setup``."""
+def timed(
+    setup: str, n_trials: int, n_workers: int, keep: Path | None = None
+) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of one command that runs a fresh ``n_trials`` study of
+    ``setup``.
+
+    The CPU time is user + system of the whole process tree (the command, its Dask
+    scheduler, workers and nannies: every descendant is waited for by its parent, so the
+    kernel adds it to this process's children's usage). It moves far less with the load of
+    a shared machine than the wall time does.
+    """
     folder = Path(tempfile.mkdtemp(prefix=f"hpsearch-overhead-{setup}-"))
     try:
-        if setup == "hpsearch":
+        if setup in ("hpsearch", "baseline"):
             cmd, cwd = _hpsearch_command(n_trials, folder, n_workers)
         else:
             cmd = [sys.executable, __file__, "--peer", setup, "--n-trials", str(n_trials)]
             cmd += ["--n-workers", str(n_workers), "--folder", str(folder)]
             cwd = folder
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+        env = _env(BASELINE if setup == "baseline" else None)
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"{setup} ({n_trials} trials) failed:\n{done.stdout}\n{done.stderr}")
-        if setup == "hpsearch":
+        if setup in ("hpsearch", "baseline"):
             _check_hpsearch(folder, n_trials)
         if keep is not None:
             shutil.copytree(folder, keep, dirs_exist_ok=True)
-        return wall
+        return wall, cpu
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -229,7 +251,7 @@ def _study_of(setup: str, folder: Path) -> Any:
 
     from hpsearch.storage import open_storage
 
-    if setup == "hpsearch":
+    if setup in ("hpsearch", "baseline"):
         url = f"journal://{folder}/runs/overhead/optuna.journal"
     elif setup == "floor":
         url = f"journal://{folder}/floor.journal"
@@ -255,6 +277,7 @@ def tpe_ask_ms(history: int, repeats: int = 20) -> float:
     """TPE's own ask + sample time (ms) with ``history`` complete trials, in one process."""
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=0, multivariate=True, constant_liar=True)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(_objective, n_trials=history)
@@ -276,6 +299,7 @@ SETUPS = {
     "floor": "floor: ask/tell over Dask futures, journal, no MLflow",
     "dask": "Optuna + DaskStorage (SQLite), no MLflow",
     "hpsearch": "hpsearch run, MLflow on",
+    "baseline": "hpsearch run, MLflow on, from --baseline",
 }
 
 
@@ -287,6 +311,12 @@ def main() -> None:
     parser.add_argument("--n-workers", type=int, default=2)
     parser.add_argument("--growth", type=int, default=0, help="also run one study this long")
     parser.add_argument("--setups", default="floor,dask,hpsearch")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of hpsearch (e.g. from git worktree add): its `hpsearch run` "
+        "is one more row, run interleaved with the others",
+    )
     parser.add_argument("--peer", choices=["floor", "dask"], help=argparse.SUPPRESS)
     parser.add_argument("--n-trials", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
@@ -302,21 +332,50 @@ def main() -> None:
         return
 
     setups = args.setups.split(",")
+    if args.baseline is not None:
+        global BASELINE
+        BASELINE = args.baseline.resolve()
+        setups.append("baseline")
     walls: dict[tuple[str, int], list[float]] = {(s, n): [] for s in setups for n in (0, 1)}
+    cpus: dict[tuple[str, int], list[float]] = {(s, n): [] for s in setups for n in (0, 1)}
+    load = [os.getloadavg()[0]]
     for r in range(args.repeat):
         for setup in setups:
             for i, n in enumerate((args.small, args.large)):
-                walls[setup, i].append(timed(setup, n, args.n_workers))
+                wall, cpu = timed(setup, n, args.n_workers)
+                walls[setup, i].append(wall)
+                cpus[setup, i].append(cpu)
+            load.append(os.getloadavg()[0])
             print(f"round {r + 1}: {setup} done", file=sys.stderr)
     span = args.large - args.small
+    if args.repeat > 0:
+        _budget_table(args, setups, walls, cpus, load, span)
+    if args.growth:
+        _growth_table(args.growth, setups, args.n_workers)
+
+
+def _budget_table(
+    args: argparse.Namespace,
+    setups: list[str],
+    walls: dict[tuple[str, int], list[float]],
+    cpus: dict[tuple[str, int], list[float]],
+    load: list[float],
+    span: int,
+) -> None:
     rows = []
     per: dict[str, float] = {}
+    per_cpu: dict[str, float] = {}
     for setup in setups:
         costs = [
             1000 * (big - small) / span
             for small, big in zip(walls[setup, 0], walls[setup, 1], strict=True)
         ]
+        cpu_costs = [
+            1000 * (big - small) / span
+            for small, big in zip(cpus[setup, 0], cpus[setup, 1], strict=True)
+        ]
         per[setup] = statistics.median(costs)
+        per_cpu[setup] = statistics.median(cpu_costs)
         rows.append(
             (
                 SETUPS[setup],
@@ -324,35 +383,44 @@ def main() -> None:
                 f"{statistics.median(walls[setup, 1]):.1f}",
                 f"{per[setup]:.1f}",
                 f"{min(costs):.1f}-{max(costs):.1f}",
+                f"{per_cpu[setup]:.1f}",
+                f"{min(cpu_costs):.1f}-{max(cpu_costs):.1f}",
             )
         )
     print(
         f"\n{args.small} vs {args.large} trivial trials (3 suggest_float), TPE, "
-        f"{args.n_workers} workers, {args.repeat} rounds — {machine()}\n"
+        f"{args.n_workers} workers, {args.repeat} rounds, load average "
+        f"{min(load):.1f}-{max(load):.1f} — {machine()}\n"
+    )
+    head = ["setup", f"wall {args.small} s", f"wall {args.large} s", "ms/trial", "range"]
+    print(table([*head, "CPU ms/trial", "CPU range"], rows))
+    if "hpsearch" in per and "dask" in per:
+        print(
+            f"\nhpsearch / (Optuna + DaskStorage): {per['hpsearch'] / per['dask']:.2f} (wall), "
+            f"{per_cpu['hpsearch'] / per_cpu['dask']:.2f} (CPU)"
+        )
+
+
+def _growth_table(n: int, setups: list[str], n_workers: int) -> None:
+    grows = []
+    for setup in setups:
+        first, last = window_costs(setup, n, n_workers)
+        grows.append((SETUPS[setup], f"{first:.1f}", f"{last:.1f}", f"{last - first:+.1f}"))
+        print(f"growth: {setup} done", file=sys.stderr)
+    early, late = tpe_ask_ms(WINDOW // 2), tpe_ask_ms(n - WINDOW // 2)
+    grows.append(
+        (
+            f"TPE ask + 3 suggests alone, {WINDOW // 2} vs {n - WINDOW // 2} trials",
+            f"{early:.1f}",
+            f"{late:.1f}",
+            f"{late - early:+.1f}",
+        )
     )
     print(
-        table(["setup", f"wall {args.small} s", f"wall {args.large} s", "ms/trial", "range"], rows)
+        f"\none {n}-trial study: ms per trial of the first and the last {WINDOW} "
+        f"(load average {os.getloadavg()[0]:.1f} at the end)\n"
     )
-    if "hpsearch" in per and "dask" in per:
-        print(f"\nhpsearch / (Optuna + DaskStorage): {per['hpsearch'] / per['dask']:.2f}")
-    if args.growth:
-        n = args.growth
-        grows = []
-        for setup in setups:
-            first, last = window_costs(setup, n, args.n_workers)
-            grows.append((SETUPS[setup], f"{first:.1f}", f"{last:.1f}", f"{last - first:+.1f}"))
-            print(f"growth: {setup} done", file=sys.stderr)
-        early, late = tpe_ask_ms(WINDOW // 2), tpe_ask_ms(n - WINDOW // 2)
-        grows.append(
-            (
-                f"TPE ask + 3 suggests alone, {WINDOW // 2} vs {n - WINDOW // 2} trials",
-                f"{early:.1f}",
-                f"{late:.1f}",
-                f"{late - early:+.1f}",
-            )
-        )
-        print(f"\none {n}-trial study: ms per trial of the first and the last {WINDOW}\n")
-        print(table(["setup", f"trials 0-{WINDOW}", f"trials {n - WINDOW}-{n}", "growth"], grows))
+    print(table(["setup", f"trials 0-{WINDOW}", f"trials {n - WINDOW}-{n}", "growth"], grows))
 
 
 if __name__ == "__main__":

@@ -349,7 +349,7 @@ class Study:
         from hpsearch.pareto import study_directions
         from hpsearch.pruning import build_pruner
         from hpsearch.sampling import build_sampler
-        from hpsearch.storage import StorageProxy, open_storage
+        from hpsearch.storage import StorageProxy, open_storage, sync_journals
         from hpsearch.tracking import (
             ServerWatch,
             StudyTracker,
@@ -476,6 +476,7 @@ class Study:
             # workers could not close, the coordinator closes with the trials' true states.
             if proxy is not None:
                 proxy.stop()
+            sync_journals()  # the study's last appends on disk before the command returns
             if metrics is not None:
                 metrics.close()
             best = best_trial(study) if study is not None else None

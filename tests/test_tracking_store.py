@@ -58,3 +58,35 @@ def test_without_a_writable_cache_mlflow_creates_the_store(tmp_path, monkeypatch
     _client.seed_sqlite_store(uri)
     assert not (tmp_path / "mlflow.db").exists()
     assert mlflow.MlflowClient(tracking_uri=uri).get_experiment("0").name == "Default"
+
+
+def test_a_wal_store_commits_without_an_fsync_each_and_nothing_else_changes(tmp_path):
+    """synchronous=NORMAL on connections to a tracking store in WAL mode (the study's store),
+    and only there: another SQLite file, or the same store in rollback mode, keeps FULL."""
+    import sqlalchemy
+
+    from hpsearch.tracking._study_run import _sqlite_wal
+
+    def synchronous(path) -> int:
+        engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+        try:
+            with engine.connect() as con:
+                return int(con.execute(sqlalchemy.text("PRAGMA synchronous")).scalar_one())
+        finally:
+            engine.dispose()
+
+    wal, rollback, other = (tmp_path / n / "mlflow.db" for n in ("wal", "rollback", "other"))
+    for path in (wal, rollback, other):
+        _client.seed_sqlite_store(f"sqlite:///{path}")
+    _sqlite_wal(f"sqlite:///{wal}")
+    for path in (wal, rollback):
+        client = _client.get_client(f"sqlite:///{path}")
+        client.create_experiment(path.parent.name)
+    assert synchronous(wal) == 1  # NORMAL
+    assert synchronous(rollback) == 2  # FULL, SQLite's default
+    assert synchronous(other) == 2
+    # The writes are all there for a new reader.
+    names = {
+        e.name for e in mlflow.MlflowClient(tracking_uri=f"sqlite:///{wal}").search_experiments()
+    }
+    assert names == {"Default", "wal"}

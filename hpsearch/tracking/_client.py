@@ -134,8 +134,45 @@ def get_client(uri: str) -> MlflowClient:
             from mlflow import MlflowClient
 
             seed_sqlite_store(uri)
+            _sync_normal(uri)
             client = _clients[uri] = MlflowClient(tracking_uri=uri, registry_uri=uri)
         return client
+
+
+_normal_sync: set[str] = set()  # real paths of the SQLite stores this process writes
+
+
+def _sync_normal(uri: str) -> None:
+    """Let this process's connections to a SQLite tracking store in WAL mode commit without
+    an fsync each (``PRAGMA synchronous=NORMAL``, SQLite's advice for WAL).
+
+    A short trial's run costs three MLflow transactions; at SQLite's default (FULL) each
+    commit fsyncs the log, which doubles the wall time of a worker's MLflow writes here
+    (measured: 48 -> 25 ms a run, 12 -> 9 ms of CPU). At NORMAL a commit survives a killed
+    process as before; a power cut may take the last commits before the log's next fsync,
+    never the store itself. MLflow opens the connections, so the pragma is set from
+    SQLAlchemy's ``connect`` event, for this store's file only and only in WAL mode (which
+    :class:`~hpsearch.tracking.StudyTracker` sets).
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not _normal_sync:
+        event.listen(Engine, "connect", _on_connect)
+    _normal_sync.add(os.path.realpath(uri.removeprefix("sqlite:///")))
+
+
+def _on_connect(connection: Any, _record: Any) -> None:
+    if not isinstance(connection, sqlite3.Connection):
+        return
+    main = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+    if not main or os.path.realpath(main[0]) not in _normal_sync:
+        return
+    mode = connection.execute("PRAGMA journal_mode").fetchone()
+    if mode and str(mode[0]).lower() == "wal":
+        connection.execute("PRAGMA synchronous=NORMAL")
 
 
 def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
