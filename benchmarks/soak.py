@@ -21,7 +21,9 @@ or in MLflow, one MLflow run per trial, every reported step in MLflow once; the 
 orchestration cost per trial (wall between completions / trials) of the first and the last
 200 trials. It exits non-zero when a check fails.
 
-    python benchmarks/soak.py [--trials 2000] [--workers 4] [--kills 8] [--seed 0]
+``--plain`` runs the same study with trivial trials only and no faults, as a baseline.
+
+    python benchmarks/soak.py [--trials 2000] [--workers 4] [--kills 8] [--seed 0] [--plain]
 """
 
 from __future__ import annotations
@@ -60,8 +62,11 @@ from hpsearch.testing.objectives import trivial
 EPOCHS = 5
 
 
+CNN = {{cnn}}
+
+
 def objective(trial, ctx):
-    if trial.number % {CNN_EVERY} == {CNN_EVERY // 2}:
+    if CNN and trial.number % {CNN_EVERY} == {CNN_EVERY // 2}:
         return cnn(trial, ctx)
     return trivial(trial)
 
@@ -257,7 +262,9 @@ class Soak:
         self.log = open(folder / "hpsearch-run.log", "w")  # noqa: SIM115
 
     def write_study(self) -> Path:
-        (self.folder / "soak_objective.py").write_text(OBJECTIVE)
+        (self.folder / "soak_objective.py").write_text(
+            OBJECTIVE.replace("{cnn}", str(not self.args.plain))
+        )
         study = self.folder / "soak.yaml"
         study.write_text(
             STUDY.format(
@@ -326,6 +333,8 @@ class Soak:
         rng = random.Random(args.seed)
         kill_at = sorted(rng.randint(int(0.15 * n), int(0.75 * n)) for _ in range(args.kills))
         tracking_at, coordinator_at = int(0.35 * n), int(0.55 * n)
+        if args.plain:  # no faults: the baseline
+            kill_at, tracking_at, coordinator_at = [], n + 1, n + 1
         self.server.start()
         study = self.write_study()
         start = time.monotonic()
@@ -358,7 +367,7 @@ class Soak:
         wall = time.monotonic() - start
         if restart is not None:
             restart.join()
-        if not restarted_coordinator:
+        if not restarted_coordinator and not args.plain:
             raise RuntimeError(
                 "the study ended before the coordinator was restarted; "
                 f"see {self.folder / 'hpsearch-run.log'}"
@@ -486,6 +495,11 @@ def main() -> None:
     p.add_argument("--kills", type=int, default=8, help="worker processes SIGKILLed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", action="store_true", help="keep the study folder")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="the baseline: trivial trials only, no faults (memory and cost without them)",
+    )
     args = p.parse_args()
     if args.trials < 2 * CNN_EVERY:
         p.error("--trials: at least 200 (the fault schedule and the cost windows need room)")
