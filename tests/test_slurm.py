@@ -122,7 +122,7 @@ def mlflow_server(tmp_path_factory):
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and its worker processes
         try:
-            server.wait(timeout=30)
+            server.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
