@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from hpsearch.cluster import Capacity
+    from hpsearch.cluster._scaling import JobScaler
     from hpsearch.metrics import StudyMetrics
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the cluster's workers (see Coordinator._refresh_capacity).
 CAPACITY_REFRESH_S = 2.0
+#: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
+SCALE_POLL_S = 0.2
 
 
 @dataclass
@@ -100,6 +103,7 @@ class Coordinator(SchedulerDriver):
         objective: Callable[..., float] | None = None,
         storage_url: str | None = None,
         metrics: StudyMetrics | None = None,
+        scaler: JobScaler | None = None,
     ) -> None:
         self.spec = spec
         self.objective = objective
@@ -132,6 +136,8 @@ class Coordinator(SchedulerDriver):
         # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
         self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
         self.interrupted = 0  # trials left to resume by an interruption
+        # cluster.adapt on SLURM: jobs follow the trials that want a set (told on each fill).
+        self.scaler = scaler
 
     def _refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -431,6 +437,9 @@ class Coordinator(SchedulerDriver):
             # nothing overtakes it (so a large set is never starved by small ones).
             nonlocal to_ask
             self._refresh_capacity()
+            if self.scaler is not None:  # a job for each trial that runs or waits
+                asking = to_ask if may_ask() else 0
+                self.scaler.update(len(self.in_flight) + len(ready) + asking)
             while ready or self._promotion(ready) or may_ask():
                 if not ready:
                     if len(self.in_flight) >= self.max_concurrent:
@@ -442,6 +451,15 @@ class Coordinator(SchedulerDriver):
                 finished.add(self._submit(ready.pop(0)))
             self.progress.running = len(self.in_flight)
 
+        def next_batch() -> list[Any]:
+            if self.scaler is None:
+                return finished.next_batch(block=True)
+            # Jobs come and go while trials run: look at them (and use new sets) meanwhile.
+            while not finished.has_ready():
+                time.sleep(SCALE_POLL_S)
+                fill()
+            return finished.next_batch(block=False)
+
         self._emit()
         try:
             fill()
@@ -452,7 +470,7 @@ class Coordinator(SchedulerDriver):
                     to_ask -= 1
                     fill()  # it may fit at once (sets of different sizes)
                     continue
-                batch = finished.next_batch(block=True)
+                batch = next_batch()
                 ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
                 # A trial whose worker was lost goes back to the head of the queue (it
                 # resumes from its checkpoint), until it has been lost max_retries + 1 times.

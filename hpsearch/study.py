@@ -343,7 +343,7 @@ class Study:
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
         import optuna
 
-        from hpsearch.cluster import capacity, check_workers
+        from hpsearch.cluster import Capacity, capacity, check_workers
         from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator, best_trial
         from hpsearch.pareto import study_directions
@@ -381,9 +381,13 @@ class Study:
         try:
             with backend as client:
                 cap = capacity(client)
-                cap.check(max(self.trial_sizes))
-                if remote:  # workers started elsewhere: can they run these trials at all?
-                    check_workers(client, needs_torch=not spec.is_user_objective)
+                if backend.may_start_empty and not cap.n_threads:
+                    # adapt: {minimum: 0}: jobs are started for the first trials.
+                    cap = Capacity(backend.resource_key)
+                else:
+                    cap.check(max(self.trial_sizes))
+                    if remote:  # workers started elsewhere: can they run these trials at all?
+                        check_workers(client, needs_torch=not spec.is_user_objective)
 
                 self.layout.create()
                 self.layout.spec_file.write_text(spec.to_yaml())
@@ -449,6 +453,7 @@ class Study:
                     if spec.cluster.storage_access == "direct"
                     else None,
                     metrics=metrics,
+                    scaler=backend.scaler,
                 )
                 if metrics is not None:
                     metrics.watch(coordinator)

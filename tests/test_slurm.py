@@ -1,5 +1,7 @@
 """Real SLURM jobs (the one-node cluster of tests/slurm/start.sh): dask-jobqueue submits them,
-their workers join, trials run and end, and no job is left once the study is done."""
+their workers join, trials run and end, and no job is left once the study is done. Jobs follow
+the trials (``cluster.adapt``), and a job cancelled mid-trial is a lost worker whose trial
+resumes from its checkpoint on another job."""
 
 from __future__ import annotations
 
@@ -8,14 +10,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from optuna.trial import TrialState
 
-from .conftest import free_port
+from .conftest import free_port, mlflow_runs
+from .test_faults import _journal_study, _wait
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# Jobs start in seconds on an idle machine, in minutes on a loaded one: generous limits.
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,9 +51,43 @@ def _squeue(name: str) -> list[str]:
     return out.stdout.split()
 
 
-def test_a_study_runs_on_real_slurm_jobs(tmp_path):
-    from hpsearch.tracking import get_client
+class _JobWatch:
+    """Polls ``squeue`` for a study's jobs while it runs: every job seen, and the most at once."""
 
+    def __init__(self, name: str) -> None:
+        self.name = f"hpsearch-{name}"
+        self.seen: set[str] = set()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            jobs = _squeue(self.name)
+            self.seen.update(jobs)
+            self.peak = max(self.peak, len(jobs))
+            self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def wait_empty(self, timeout: float = 60) -> list[str]:
+        """The study's jobs still queued or running after ``timeout`` seconds (none, at best)."""
+        deadline = time.monotonic() + timeout
+        while _squeue(self.name) and time.monotonic() < deadline:
+            time.sleep(1)
+        return _squeue(self.name)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """An MLflow server on 127.0.0.1 (the jobs' workers cannot write a file store of this
+    machine), shared by this module's studies; its URI."""
+    import urllib.request
+
+    folder = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     server = subprocess.Popen(
         [
@@ -56,7 +96,7 @@ def test_a_study_runs_on_real_slurm_jobs(tmp_path):
             "mlflow",
             "server",
             "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'mlflow.db'}",
+            f"sqlite:///{folder / 'mlflow.db'}",
             "--host",
             "127.0.0.1",
             "--port",
@@ -66,57 +106,140 @@ def test_a_study_runs_on_real_slurm_jobs(tmp_path):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        cwd=tmp_path,  # its artifacts folder
+        cwd=folder,  # its artifacts folder
         start_new_session=True,
     )
+    uri = f"http://127.0.0.1:{port}"
     try:
-        import urllib.request
-
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                urllib.request.urlopen(f"{uri}/health", timeout=2)
                 break
             except OSError:
                 time.sleep(1)
-        study_file = tmp_path / "s.yaml"
-        study_file.write_text(
-            "name: onslurm\n"
-            'objective: {model: "hpsearch.testing.objectives:staircase", direction: minimize}\n'
-            "space: {x: {type: float, low: 0.0, high: 1.0}}\n"
-            "search: {n_trials: 3, sampler: random, pruner: none}\n"
-            f'tracking: {{mlflow_uri: "http://127.0.0.1:{port}"}}\n'
-            "cluster:\n"
-            "  backend: slurm\n"
-            "  adapt: {minimum: 1, maximum: 2}\n"
-            "  slurm: {queue: debug, cores: 1, memory: 1GB, gpus_per_node: 0, "
-            f'walltime: "00:10:00", job_script_prologue: ["export PYTHONPATH={ROOT}"]}}\n'
-        )
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "HPSEARCH_BATCH_WORKER_TIMEOUT_S": "300"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "hpsearch.cli", "run", str(study_file)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "3 trials ended: 3 complete" in proc.stdout
-        deadline = time.monotonic() + 60
-        while _squeue("hpsearch-onslurm") and time.monotonic() < deadline:
-            time.sleep(1)
-        assert not _squeue("hpsearch-onslurm"), "the study's jobs end with it"
-        client = get_client(f"http://127.0.0.1:{port}")
-        exp = client.get_experiment_by_name("onslurm")
-        runs = client.search_runs([exp.experiment_id])
-        trials = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
-        assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
-        assert not [r for r in runs if r.info.status == "RUNNING"]
+        yield uri
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and its worker processes
         try:
-            server.wait(timeout=30)
+            server.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def _slurm_yaml(uri: str, adapt: str, memory: str = "1GB") -> str:
+    return (
+        f'tracking: {{mlflow_uri: "{uri}"}}\n'
+        "cluster:\n"
+        "  backend: slurm\n"
+        f"  adapt: {adapt}\n"
+        f"  slurm: {{queue: debug, cores: 1, memory: {memory}, gpus_per_node: 0, "
+        f'walltime: "00:10:00", job_script_prologue: ["export PYTHONPATH={ROOT}"]}}\n'
+    )
+
+
+def _start(tmp_path: Path, text: str) -> subprocess.Popen:
+    study_file = tmp_path / "s.yaml"
+    study_file.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HPSEARCH_BATCH_WORKER_TIMEOUT_S": "300"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpsearch.cli", "run", str(study_file)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"the study did not end:\n{out}")
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_adapt_starts_jobs_for_queued_trials_from_none_and_ends_them(tmp_path, mlflow_server):
+    """``adapt: {minimum: 0}``: no job at the start; jobs are submitted for the queued trials
+    (up to the maximum), the trials run on them, and no job is left at the end."""
+    watch = _JobWatch("adapting")
+    proc = _start(
+        tmp_path,
+        "name: adapting\n"
+        'objective: {model: "hpsearch.testing.objectives:steady", direction: minimize}\n'
+        "space: {x: {type: float, low: 0.0, high: 1.0}}\n"
+        "search: {n_trials: 4, sampler: random, pruner: none}\n"
+        + _slurm_yaml(mlflow_server, "{minimum: 0, maximum: 2}"),
+    )
+    try:
+        out = _finish(proc)
+    finally:
+        watch.stop()
+    assert "4 trials ended: 4 complete" in out, out
+    # Four trials queued, one set per job (cores: 1): as many jobs as the maximum allows.
+    assert watch.peak == 2, (watch.peak, watch.seen)
+    assert not watch.wait_empty(), "the study's jobs end with it"
+    _, runs = mlflow_runs(mlflow_server, "adapting")
+    trials = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert len(trials) == 4 and all(r.info.status == "FINISHED" for r in trials), (
+        out,
+        [(r.data.tags, r.info.status) for r in trials],
+    )
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def test_a_job_cancelled_mid_trial_resumes_its_trial_on_a_new_job(tmp_path, mlflow_server):
+    """``scancel`` of the job running a trial: a lost worker; the trial goes on from its last
+    checkpoint on a job submitted in its place, and ends COMPLETE with each epoch once."""
+    watch = _JobWatch("cancelled")
+    proc = _start(
+        tmp_path,
+        "name: cancelled\n"
+        "objective:\n"
+        "  model: cnn\n"
+        "  dataset: {name: digits, size: 28, limit: 600}\n"
+        "  epochs: 6\n"
+        "  precision: fp32\n"
+        "  checkpoint_interval: 0\n"
+        "  params: {batch_size: 32, channels: 8, n_blocks: 1}\n"
+        "space: {lr: {type: float, low: 0.001, high: 0.003, log: true}}\n"
+        "search: {n_trials: 1, sampler: random, pruner: none, seed: 0, max_retries: 2}\n"
+        + _slurm_yaml(mlflow_server, "{minimum: 1, maximum: 1}", memory="2GB"),
+    )
+    try:
+
+        def one_epoch_in():
+            study = _journal_study(tmp_path / "runs", "cancelled")
+            if study is None:
+                return None
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            return bool(running and running[0].intermediate_values)
+
+        _wait(one_epoch_in, 300, "the trial's first epoch")
+        jobs = _squeue("hpsearch-cancelled")
+        assert len(jobs) == 1, jobs
+        subprocess.run(["scancel", jobs[0]], check=True, timeout=60)
+        out = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        watch.stop()
+    assert "1 trials ended: 1 complete" in out or "1 trial ended: 1 complete" in out, out
+    assert len(watch.seen) >= 2 and jobs[0] in watch.seen, "a new job took the trial"
+    assert not watch.wait_empty(), "the study's jobs end with it"
+    (trial,) = _journal_study(tmp_path / "runs", "cancelled").get_trials()
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs
+    assert int(trial.user_attrs["hpsearch.attempt"]) == 2
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5, 6]
+    client, runs = mlflow_runs(mlflow_server, "cancelled")
+    (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert run.info.status == "FINISHED"
+    assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 1, "resumed, not restarted"
+    for key in ("val_accuracy", "train_loss"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == [1, 2, 3, 4, 5, 6], f"{key}: every epoch exactly once"

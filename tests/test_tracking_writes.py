@@ -72,3 +72,37 @@ def test_a_trial_run_again_continues_its_run(tmp_path):
     runs = _trial_runs(target)
     assert set(runs) == {3}
     _check_ended(runs[3], 3, "COMPLETE", "FINISHED", {"x": "0.5"})
+
+
+def test_a_create_whose_answer_is_lost_makes_no_second_run(tmp_path, monkeypatch):
+    """The store commits the run and the answer never arrives (the server killed mid-reply):
+    the retried write finds that run instead of creating another one."""
+    from mlflow import MlflowClient
+
+    target = _target(tmp_path)
+    create = MlflowClient.create_run
+    lost: list[str] = []
+
+    def create_then_lose_the_answer(self, *args, **kwargs):
+        run = create(self, *args, **kwargs)
+        if not lost:
+            lost.append(run.info.run_id)
+            raise ConnectionError("Connection broken: IncompleteRead(0 bytes read)")
+        return run
+
+    monkeypatch.setattr(MlflowClient, "create_run", create_then_lose_the_answer)
+    trial = TrialRun(target, 5, tags={tag.WORKER: "w0"}, resume=False)
+    trial.log_params({"x": 0.5})
+    trial.log_metrics({"loss": 0.1}, 0)
+    trial.finish("COMPLETE")
+    assert flush(60) == 0
+    from mlflow import MlflowClient as Client
+
+    runs = [
+        r
+        for r in Client(target.uri).search_runs([target.experiment_id])
+        if tag.TRIAL_NUMBER in r.data.tags
+    ]
+    assert [r.info.run_id for r in runs] == lost, "one run: the one the store committed"
+    _check_ended(runs[0], 5, "COMPLETE", "FINISHED", {"x": "0.5"})
+    assert runs[0].data.metrics == {"loss": 0.1}

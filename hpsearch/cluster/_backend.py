@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -56,11 +56,25 @@ class Backend(abc.ABC):
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec
         self._started: contextlib.AbstractContextManager[Client] | None = None
+        #: What scales the jobs with the trials while it runs (``cluster.adapt`` on SLURM:
+        #: a :class:`~hpsearch.cluster._scaling.JobScaler`), else ``None``.
+        self.scaler: Any = None
 
     @property
     def remote(self) -> str | None:
         """The workers' host when they are on other machines (:data:`BATCH` for a batch
         cluster), or ``None`` when they run on this one."""
+        return None
+
+    @property
+    def may_start_empty(self) -> bool:
+        """Whether the cluster may have no worker when the study starts (jobs are started for
+        its trials), so that an empty cluster is not an error."""
+        return False
+
+    @property
+    def resource_key(self) -> str | None:
+        """The resource its workers will advertise, where known before any has joined."""
         return None
 
     @property

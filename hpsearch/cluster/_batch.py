@@ -30,8 +30,16 @@ WORKER_MODULE = "hpsearch.cluster.jobqueue_worker"
 BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S", "3600"))
 
 
-def _worker_args(spec: StudySpec, gpus: int) -> list[str]:
-    return ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(spec.trial_size)]
+def _worker_args(spec: StudySpec, gpus: int, slots: int | None = None) -> list[str]:
+    args = ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(spec.trial_size)]
+    return [*args, "--slots", str(slots)] if slots and not gpus else args
+
+
+def sets_per_job(spec: StudySpec) -> int:
+    """Trials one SLURM job runs at once: its GPUs, or its cores, in sets of the trial size."""
+    slurm = spec.cluster.slurm
+    assert slurm is not None
+    return max(1, (slurm.gpus_per_node or slurm.cores) // spec.trial_size)
 
 
 def slurm_options(spec: StudySpec) -> dict[str, Any]:
@@ -51,7 +59,8 @@ def slurm_options(spec: StudySpec) -> dict[str, Any]:
         "job_script_prologue": list(slurm.job_script_prologue),
         "python": slurm.python or sys.executable,
         "worker_command": WORKER_MODULE,
-        "worker_extra_args": _worker_args(spec, slurm.gpus_per_node),
+        # Without GPUs a job has a slot per core it asked for (not one per core of the node).
+        "worker_extra_args": _worker_args(spec, slurm.gpus_per_node, slurm.cores),
     }
 
 
@@ -64,17 +73,20 @@ def slurm_job_script(spec: StudySpec, scheduler: str = "tcp://SCHEDULER:8786") -
 
 
 def start_slurm_cluster(spec: StudySpec) -> Any:
-    """A ``SLURMCluster`` with the study's jobs submitted (or adapting)."""
+    """A ``SLURMCluster`` with the study's jobs submitted (with ``cluster.adapt``, its
+    minimum: :class:`~hpsearch.cluster._scaling.JobScaler` submits the others)."""
+    import dask
     from dask_jobqueue import SLURMCluster
 
-    cluster = SLURMCluster(**slurm_options(spec))
-    if spec.cluster.adapt is not None:
-        cluster.adapt(
-            minimum_jobs=spec.cluster.adapt.minimum, maximum_jobs=spec.cluster.adapt.maximum
-        )
-    else:
-        assert spec.cluster.slurm is not None
-        cluster.scale(jobs=spec.cluster.slurm.jobs)
+    assert spec.cluster.slurm is not None
+    # Its scheduler runs here. A job that dies fails its trial at once, as on a local cluster
+    # (not retried by Dask): the coordinator counts the loss and resumes the trial.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = SLURMCluster(**slurm_options(spec))
+    adapt = spec.cluster.adapt
+    jobs = adapt.minimum if adapt is not None else spec.cluster.slurm.jobs
+    if jobs:
+        cluster.scale(jobs=jobs)
     return cluster
 
 
@@ -127,9 +139,20 @@ class _BatchBackend(Backend):
     def remote(self) -> str | None:
         return BATCH
 
+    @property
+    def may_start_empty(self) -> bool:
+        """Whether the study starts with no worker (``adapt: {minimum: 0}``): jobs are
+        started for its first trials."""
+        adapt = self.spec.cluster.adapt
+        return adapt is not None and adapt.minimum == 0
+
     @abc.abstractmethod
     def _cluster(self) -> Any:
         """The started dask-jobqueue or dask-kubernetes cluster object."""
+
+    def _scaler(self, batch: Any, client: Client) -> Any:
+        """What scales the jobs with the trials (``None``: Dask's own adaptive scaling)."""
+        return None
 
     @contextlib.contextmanager
     def start(self) -> Iterator[Client]:
@@ -139,8 +162,10 @@ class _BatchBackend(Backend):
         client = Client(batch)
         try:
             adapt = self.spec.cluster.adapt
-            wanted = (adapt.minimum if adapt else 1) or 1
-            client.wait_for_workers(wanted, timeout=BATCH_WORKER_TIMEOUT_S)
+            wanted = adapt.minimum if adapt else 1
+            if wanted:
+                client.wait_for_workers(wanted, timeout=BATCH_WORKER_TIMEOUT_S)
+            self.scaler = self._scaler(batch, client)
             yield client
         finally:
             with contextlib.suppress(Exception):
@@ -155,8 +180,27 @@ class SlurmBackend(_BatchBackend):
     def render(self) -> str:
         return slurm_job_script(self.spec)
 
+    @property
+    def resource_key(self) -> str | None:
+        assert self.spec.cluster.slurm is not None
+        return "GPU" if self.spec.cluster.slurm.gpus_per_node else "SLOT"
+
     def _cluster(self) -> Any:
         return start_slurm_cluster(self.spec)
+
+    def _scaler(self, batch: Any, client: Client) -> Any:
+        adapt = self.spec.cluster.adapt
+        if adapt is None:
+            return None
+        from hpsearch.cluster._scaling import JobScaler
+
+        return JobScaler(
+            batch,
+            client,
+            minimum=adapt.minimum,
+            maximum=adapt.maximum,
+            sets_per_job=sets_per_job(self.spec),
+        )
 
 
 class KubernetesBackend(_BatchBackend):
@@ -166,6 +210,11 @@ class KubernetesBackend(_BatchBackend):
         import yaml
 
         return yaml.safe_dump(kubernetes_manifest(self.spec), sort_keys=False)
+
+    @property
+    def resource_key(self) -> str | None:
+        assert self.spec.cluster.kubernetes is not None
+        return "GPU" if self.spec.cluster.kubernetes.gpus_per_worker else "SLOT"
 
     def _cluster(self) -> Any:
         return start_kubernetes_cluster(self.spec)

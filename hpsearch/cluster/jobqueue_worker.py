@@ -3,7 +3,7 @@ arguments dask-jobqueue and the Dask Kubernetes operator pass to a worker comman
 
     python -m hpsearch.cluster.jobqueue_worker [SCHEDULER] --name N [--nthreads K]
         [--memory-limit M] [--death-timeout S] [--nworkers P] [--dashboard ...]
-        --gpus auto --gpus-per-trial G
+        --gpus auto --gpus-per-trial G [--slots S]
 
 The scheduler address comes from the command line (SLURM) or ``DASK_SCHEDULER_ADDRESS``
 (Kubernetes). Options that a plain ``dask worker`` would take are accepted; the number of
@@ -23,6 +23,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--name", default=None)
     p.add_argument("--gpus", default="auto")
     p.add_argument("--gpus-per-trial", type=int, default=1)
+    p.add_argument("--slots", type=int, default=None)
     # What dask-jobqueue and the operator add; the launcher decides these itself.
     for flag in (
         "--nthreads",
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
         "--gpus-per-trial",
         str(args.gpus_per_trial),
     ]
+    if args.slots:
+        cmd += ["--slots", str(args.slots)]
     if args.name:
         cmd += ["--name", args.name]
     app(cmd)

@@ -71,6 +71,7 @@ class TrialRun:
         self._held: set[tuple[str, int]] = set()  # (metric, step) pairs the run already has
         self._inflight: tuple[list[Any], dict[str, str], dict[str, str]] = ([], {}, {})
         self._resume = resume
+        self._create_failed = False
         self._start_tags = {
             tag.PARENT_RUN_ID: target.parent_run_id,
             tag.STUDY: target.study_name,
@@ -86,7 +87,9 @@ class TrialRun:
     def _open(self, client: MlflowClient) -> str:
         """Find (when resuming) or create the run; return its id, also kept as ``run_id``."""
         run_id = self.run_id
-        if run_id is None and self._resume:
+        # After a failed create the run may exist all the same (the store committed it, and
+        # the answer was lost): look for it rather than create a second one.
+        if run_id is None and (self._resume or self._create_failed):
             found = find_trial_runs(client, self.target, trial_numbers=[self.trial_number])
             if found:
                 run_id = self.run_id = found[self.trial_number].info.run_id
@@ -113,6 +116,7 @@ class TrialRun:
             except Exception:
                 with self._lock:  # kept for the writer's retry
                     self._tags = {**final_tags, **self._tags}
+                self._create_failed = True
                 raise
         else:
             # What an earlier attempt logged stays, once: its (metric, step) pairs are skipped.
