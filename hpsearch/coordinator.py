@@ -22,7 +22,6 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -31,6 +30,7 @@ from optuna.trial import TrialState
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
 from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
+from hpsearch.progress import Progress
 from hpsearch.schedulers import PARENT_TRIAL, PAUSED_AT, RESUMES, TARGET, build_scheduler
 from hpsearch.schedulers._driver import SchedulerDriver, _InFlight, _Ready
 from hpsearch.space import to_distributions
@@ -54,35 +54,6 @@ log = logging.getLogger(__name__)
 CAPACITY_REFRESH_S = 2.0
 #: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
 SCALE_POLL_S = 0.2
-
-
-@dataclass
-class Progress:
-    """The study as the coordinator sees it, for progress displays."""
-
-    n_trials: int
-    complete: int = 0
-    pruned: int = 0
-    failed: int = 0
-    running: int = 0
-    best_value: float | None = None
-    best_number: int | None = None
-    #: Several objectives: the complete trials no other complete trial dominates (number ->
-    #: values), constraints aside; empty for one objective.
-    front: dict[int, list[float]] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
-    finished: float | None = None
-    tracked: float | None = None  # when every worker's MLflow writes had landed
-    last: TrialOutcome | None = None
-
-    @property
-    def ended(self) -> int:
-        return self.complete + self.pruned + self.failed
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the coordinator started, frozen once it finished."""
-        return (self.finished or time.monotonic()) - self.started
 
 
 class Coordinator(SchedulerDriver):

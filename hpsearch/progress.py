@@ -1,13 +1,45 @@
-"""Live progress of a running study: a rich display in a terminal."""
+"""Live progress of a running study: the counts the coordinator keeps, and their displays (a
+rich one in a terminal, a bar in Jupyter)."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from hpsearch.coordinator import Progress
+    from hpsearch.trial import TrialOutcome
+
+
+@dataclass
+class Progress:
+    """The study as the coordinator sees it, for progress displays."""
+
+    n_trials: int
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    best_value: float | None = None
+    best_number: int | None = None
+    #: Several objectives: the complete trials no other complete trial dominates (number ->
+    #: values), constraints aside; empty for one objective.
+    front: dict[int, list[float]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    tracked: float | None = None  # when every worker's MLflow writes had landed
+    last: TrialOutcome | None = None
+
+    @property
+    def ended(self) -> int:
+        return self.complete + self.pruned + self.failed
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the coordinator started, frozen once it finished."""
+        return (self.finished or time.monotonic()) - self.started
 
 
 def describe(p: Progress) -> str:

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     import optuna
     from distributed import Client
 
-    from hpsearch.coordinator import Progress
     from hpsearch.metrics import StudyMetrics
+    from hpsearch.progress import Progress
 
 log = logging.getLogger(__name__)
 
