@@ -99,6 +99,17 @@ def mlflow_runs(uri: str, experiment: str):
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 
+def spawn_ranks(fn: Any, *args: Any, world_size: int = 2) -> None:
+    """Run ``fn(rank, world_size, port, *args)`` in ``world_size`` processes that form a gloo
+    group through a store bound here first (no race for a free port with other tests)."""
+    import torch.multiprocessing as mp
+
+    from hpsearch.testing.families import rendezvous
+
+    with rendezvous() as port:
+        mp.spawn(fn, args=(world_size, port, *args), nprocs=world_size, join=True)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (at the time of asking)."""
     with socket.socket() as s:

@@ -17,7 +17,7 @@ from hpsearch.exceptions import SpecError
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
 
-from .conftest import free_port, mlflow_runs
+from .conftest import mlflow_runs, spawn_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -150,12 +150,11 @@ def test_fsdp_matches_one_rank_and_resumes_from_its_sharded_checkpoint(tmp_path)
     sharded, a fresh pair loads it and trains epoch 3 as the straight run did; a lone rank
     (no process group) resumes from it too (DCP reshards); a checkpoint without its marker
     is never loaded."""
-    import torch.multiprocessing as mp
 
     from hpsearch.testing.families import fsdp_resume_rank, train_briefly
     from hpsearch.training._fsdp import MARKER, ShardedCheckpointStore, param_bytes
 
-    mp.spawn(fsdp_resume_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(fsdp_resume_rank, str(tmp_path))
     ranks = [json.loads((tmp_path / f"fsdp-rank{r}.json").read_text()) for r in (0, 1)]
     for res in ranks:
         assert res["loaded_epoch"] == 2
@@ -192,13 +191,11 @@ def test_fsdp_matches_one_rank_and_resumes_from_its_sharded_checkpoint(tmp_path)
 
 def test_the_transformer_shards_too(tmp_path):
     """The transformer language model under fsdp: the losses of one rank, half the bytes."""
-    import torch.multiprocessing as mp
 
     from hpsearch.testing.families import fsdp_case_rank, train_briefly
     from hpsearch.training._fsdp import param_bytes
 
-    args = (2, free_port(), str(tmp_path), "transformer")
-    mp.spawn(fsdp_case_rank, args=args, nprocs=2, join=True)
+    spawn_ranks(fsdp_case_rank, str(tmp_path), "transformer")
     ranks = [json.loads((tmp_path / f"fsdp-transformer-rank{r}.json").read_text()) for r in (0, 1)]
     alone = train_briefly("transformer", epochs=2)
     for key in ("train_loss", "val_loss", "val_perplexity"):

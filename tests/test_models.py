@@ -13,7 +13,7 @@ from hpsearch.data import load_dataset
 from hpsearch.testing.families import CASES, train_briefly
 from hpsearch.training._gan import median_bandwidth, mmd2, to_unit_range
 
-from .conftest import free_port
+from .conftest import spawn_ranks
 
 
 def majority_accuracy(data) -> float:
@@ -109,12 +109,11 @@ def test_lstm_under_cpu_bf16_autocast_runs_forward_and_backward():
 
 @pytest.mark.slow
 def test_every_family_trains_with_two_gloo_ranks(tmp_path):
-    import torch.multiprocessing as mp
 
     from hpsearch.testing.families import ddp_rank
 
     cases = list(CASES)
-    mp.spawn(ddp_rank, args=(2, free_port(), str(tmp_path), cases), nprocs=2, join=True)
+    spawn_ranks(ddp_rank, str(tmp_path), cases)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for case in cases:
         zero, one = ranks[0][case], ranks[1][case]

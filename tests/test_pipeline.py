@@ -16,7 +16,7 @@ from hpsearch.exceptions import SpecError
 from hpsearch.spec import StudySpec
 from hpsearch.testing.families import train_pipeline_case
 
-from .conftest import free_port, mlflow_runs
+from .conftest import mlflow_runs, spawn_ranks
 
 #: How close a 2-stage pipeline's losses are to one rank's (fp32; measured: within 1e-7).
 REL_TOL = 1e-5
@@ -54,7 +54,6 @@ def _spec(name, *, model="transformer", parallel=None, space=None, epochs=2, **o
 
 @pytest.mark.slow
 def test_two_stage_pipeline_matches_one_rank_with_both_schedules(tmp_path):
-    import torch.multiprocessing as mp
 
     from hpsearch.testing.families import pipeline_rank
 
@@ -62,7 +61,7 @@ def test_two_stage_pipeline_matches_one_rank_with_both_schedules(tmp_path):
         {"strategy": "pipeline", "stages": 2, "microbatches": 2, "schedule": "gpipe"},
         {"strategy": "pipeline", "stages": 2, "microbatches": 4, "schedule": "1f1b"},
     ]
-    mp.spawn(pipeline_rank, args=(2, free_port(), str(tmp_path), layouts), nprocs=2, join=True)
+    spawn_ranks(pipeline_rank, str(tmp_path), layouts)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     one = train_pipeline_case()
     for i, layout in enumerate(layouts):
@@ -124,11 +123,10 @@ def test_pipeline_spec_errors_are_one_line_each(tmp_path):
 
 @pytest.mark.slow
 def test_a_resumed_pipeline_continues_exactly(tmp_path):
-    import torch.multiprocessing as mp
 
     from hpsearch.testing.families import pipeline_resume_rank
 
-    mp.spawn(pipeline_resume_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(pipeline_resume_rank, str(tmp_path))
     result = json.loads((tmp_path / "rank0.json").read_text())
     straight, resumed = result["straight"], result["resumed"]
     for key in ("train_loss", "val_loss"):

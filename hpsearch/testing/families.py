@@ -8,9 +8,10 @@ family on a small slice of its data set and returns the metrics of every epoch;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,36 @@ CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
         3,
     ),
 }
+
+
+@contextlib.contextmanager
+def rendezvous() -> Iterator[int]:
+    """The port of a TCP store bound here, on a port the system picks, and held until the
+    block ends: ranks started meanwhile join it with :func:`join_gloo`. Binding first means
+    no other process can take the port between choosing it and using it.
+
+    >>> with rendezvous() as port:
+    ...     port > 0
+    True
+    """
+    from hpsearch.training._ranks import _rendezvous_store
+
+    store = _rendezvous_store()
+    try:
+        yield int(store.port)
+    finally:
+        del store
+
+
+def join_gloo(rank: int, world_size: int, port: int) -> None:
+    """Join a gloo process group through the store of :func:`rendezvous` at ``port``."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=300)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def train_briefly(
@@ -98,9 +129,8 @@ def ddp_rank(rank: int, world_size: int, port: int, out_dir: str, cases: list[st
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    join_gloo(rank, world_size, port)
     try:
         results = {}
         for case in cases:
@@ -127,9 +157,8 @@ def fsdp_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> Non
 
     from hpsearch.training._fsdp import ShardedCheckpointStore, param_bytes
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    join_gloo(rank, world_size, port)
     try:
         kw: dict[str, Any] = {"rank": rank, "world_size": world_size, "strategy": "fsdp"}
         straight = train_briefly("cnn", epochs=3, **kw)
@@ -225,9 +254,8 @@ def pipeline_resume_rank(rank: int, world_size: int, port: int, out_dir: str) ->
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    join_gloo(rank, world_size, port)
     layout = {"strategy": "pipeline", "stages": world_size, "microbatches": 2}
     try:
         trainer, data = _pipeline_trainer(rank, world_size, layout)
@@ -254,9 +282,8 @@ def pipeline_rank(
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    join_gloo(rank, world_size, port)
     try:
         results = [
             train_pipeline_case(rank=rank, world_size=world_size, parallel=layout)
@@ -275,9 +302,8 @@ def fsdp_case_rank(rank: int, world_size: int, port: int, out_dir: str, case: st
 
     from hpsearch.training._fsdp import param_bytes
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    join_gloo(rank, world_size, port)
     try:
         run = train_briefly(case, rank=rank, world_size=world_size, epochs=2, strategy="fsdp")
         result = {"epochs": run["epochs"], "param_bytes": param_bytes([run["trainer"].model])}
