@@ -71,15 +71,19 @@ def _wait(predicate, timeout: float, what: str):
 
 
 def _trial_in_epoch(run_dir: Path, name: str, at_least: int):
-    """A running trial that has reported ``at_least`` epochs and has a checkpoint."""
+    """A running trial that has reported ``at_least`` epochs and whose checkpoint of that
+    epoch has landed (checkpoints are written in the background, after the report: a kill
+    before the write lands resumes from the epoch before, as documented)."""
+    from hpsearch.training._checkpoint import CheckpointStore
+
     study = _journal_study(run_dir, name)
     if study is None:
         return None
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if (
-            len(t.intermediate_values) >= at_least
-            and (run_dir / name / "checkpoints" / f"trial-{t.number}.pt").exists()
-        ):
+        if len(t.intermediate_values) < at_least:
+            continue
+        state = CheckpointStore(run_dir / name / "checkpoints", t.number).load()
+        if state is not None and int(state.get("epoch", 0)) >= at_least:
             return t
     return None
 
