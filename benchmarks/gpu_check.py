@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -253,7 +254,7 @@ def layout_rows(gpus: list[int], epochs: int, folder: Path, budget_s: float) -> 
             try:
                 r = bench.measure(k, label, parallel, args, client, folder)
             except Exception as exc:  # a failing layout is a result, not the end of the check
-                rows.append((what, "FAIL", f"{type(exc).__name__}: {exc}"[:120]))
+                rows.append((what, "FAIL", f"{type(exc).__name__}: {exc}"[:300]))
                 continue
             finally:
                 last = time.perf_counter() - t0
@@ -295,6 +296,7 @@ def family_rows() -> list[tuple]:
             try:
                 run = train_briefly(case, precision, epochs=2, device="cuda:0")
             except Exception as exc:  # a failing family is a result, not the end of the check
+                traceback.print_exc()
                 rows.append((f"{case}, {precision}", "FAIL", f"{type(exc).__name__}: {exc}"[:80]))
                 continue
             last = run["epochs"][-1]
@@ -335,18 +337,37 @@ def main() -> None:
     gpus = discover_gpus()
     print(json.dumps([g.__dict__ for g in gpus]), file=sys.stderr)
     folder = Path(tempfile.mkdtemp(prefix="hpsearch-gpu-"))
-    rows = precision_rows(args.epochs, args.size)
-    rows += family_rows()
-    rows += scaling_rows(len(gpus), args.epochs, args.size, folder)
-    rows += concurrency_rows(len(gpus), args.epochs, args.size, folder)
-    if args.layout_seconds > 0:
-        rows += layout_rows([g.index for g in gpus], args.epochs, folder, args.layout_seconds)
     names = ", ".join(sorted({f"{g.name} ({g.memory_mib} MiB)" for g in gpus}))
     print(
         f"\nGPU check — {len(gpus)} x {names}, torch {torch.__version__}, "
-        f"CUDA {torch.version.cuda}\n"
+        f"CUDA {torch.version.cuda}\n",
+        flush=True,
     )
-    print(table(["check", "result", "detail"], rows))
+    sections = [
+        ("precision", lambda: precision_rows(args.epochs, args.size)),
+        ("families", family_rows),
+        ("scaling", lambda: scaling_rows(len(gpus), args.epochs, args.size, folder)),
+        ("concurrency", lambda: concurrency_rows(len(gpus), args.epochs, args.size, folder)),
+    ]
+    if args.layout_seconds > 0:
+        indices = [g.index for g in gpus]
+        sections.append(
+            ("layouts", lambda: layout_rows(indices, args.epochs, folder, args.layout_seconds))
+        )
+    rows: list[tuple] = []
+    for what, section in sections:
+        # Each section's rows print as soon as they are measured: a check cut short by its
+        # time limit still shows what it got.
+        start = time.perf_counter()
+        try:
+            new = section()
+        except Exception as exc:
+            traceback.print_exc()
+            new = [(what, "FAIL", f"{type(exc).__name__}: {exc}"[:300])]
+        rows += new
+        print(f"{what} ({time.perf_counter() - start:.0f} s):", flush=True)
+        print(table(["check", "result", "detail"], new), flush=True)
+    print("\nall rows:\n" + table(["check", "result", "detail"], rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,8 @@ def measure(k: int, label: str, parallel: dict, args, client, folder: Path) -> d
     frame, mlflow_client = trial_runs(result)
     if result.best is None or len(frame) != 1:
         (trial,) = Study(spec(name, k, args), run_dir=folder).optuna_study().trials
-        raise RuntimeError(f"{name}: the trial ended {trial.state.name}: {trial.user_attrs}")
+        reason = trial.user_attrs.get("hpsearch.fail_reason", trial.user_attrs)
+        raise RuntimeError(f"{name}: the trial ended {trial.state.name}: {reason}")
     run = frame.iloc[0]
     peak_key = "cuda_max_allocated_bytes" if args.cuda else "peak_rss_bytes"
     return {
