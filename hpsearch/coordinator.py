@@ -306,12 +306,11 @@ class Coordinator(SchedulerDriver):
         """How many times this trial's worker was lost: counted here, or by its starts
         (where Dask retried the task on other workers before giving up)."""
         from hpsearch.interruption import interruptions
-        from hpsearch.trial import ATTEMPT_ATTR
 
         self._losses[info.number] = self._losses.get(info.number, 0) + 1
         try:
             attrs = self._storage.get_trial(info.trial_id).user_attrs
-            starts = int(attrs.get(ATTEMPT_ATTR, 0)) - interruptions(attrs)
+            starts = int(attrs.get(tag.ATTEMPT, 0)) - interruptions(attrs)
             starts -= int(attrs.get(RESUMES, 0))  # a scheduler's, after its pauses
         except Exception:
             starts = 0

@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget, TrialRun
 
-#: The trial's user attribute that counts its starts (the coordinator reads it when a
-#: worker is lost).
-ATTEMPT_ATTR = "hpsearch.attempt"
-
 
 @dataclass
 class TrialTask:

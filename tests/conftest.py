@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import time
@@ -110,11 +111,26 @@ def spawn_ranks(fn: Any, *args: Any, world_size: int = 2) -> None:
         mp.spawn(fn, args=(world_size, port, *args), nprocs=world_size, join=True)
 
 
+_PORTS = itertools.count()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (at the time of asking)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on, for a server a test starts.
+
+    Each test process takes ports from its own block below the kernel's ephemeral range
+    (32768 and up), so neither another test process nor an outgoing connection of this
+    machine can take the port between this answer and the server's bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20_000 + 500 * (int(worker) % 20 if worker.isdigit() else 0)
+    for _ in range(500):
+        port = base + next(_PORTS) % 500
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: by a server of an earlier test still closing, say
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + 499}")
 
 
 @pytest.fixture(scope="module")

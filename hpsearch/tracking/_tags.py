@@ -38,6 +38,8 @@ WORKER = "hpsearch.worker"
 PID = "hpsearch.pid"
 DEVICES = "hpsearch.devices"
 WORLD_SIZE = "hpsearch.world_size"
+#: The start count of a trial: a tag of its run and a user attribute of the Optuna trial
+#: (the coordinator reads it when a worker is lost).
 ATTEMPT = "hpsearch.attempt"
 PRECISION = "hpsearch.precision"
 DEVICE_NAME = "hpsearch.device_name"

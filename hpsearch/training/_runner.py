@@ -36,7 +36,7 @@ from hpsearch.storage import proxy_client
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._continuation import continue_parent, lineage_tags
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
-from hpsearch.trial import ATTEMPT_ATTR, TrialContext, TrialOutcome, TrialTask
+from hpsearch.trial import TrialContext, TrialOutcome, TrialTask
 
 # Per-process caches: a worker runs many trials of the same study.
 _studies: dict[tuple[str, str], optuna.Study] = {}
@@ -160,9 +160,9 @@ def _run_ranks(
     run = TrialRun(task.tracking, task.trial_number, tags={}, resume=True)
     run.set_tags(
         {
-            tag.FAIL_REASON: first[:5000],
+            tag.FAIL_REASON: first[: tag.REASON_LIMIT],
             tag.ERROR_TYPE: outcome.error_type,
-            tag.ERROR_MESSAGE: first[:5000],
+            tag.ERROR_MESSAGE: first[: tag.REASON_LIMIT],
         }
     )
     if tb:
@@ -200,8 +200,8 @@ def _count_attempt(study: optuna.Study, trial_id: int) -> int:
     from hpsearch._optuna import storage_of
 
     storage = storage_of(study)
-    attempt = int(storage.get_trial(trial_id).user_attrs.get(ATTEMPT_ATTR, 0)) + 1
-    storage.set_trial_user_attr(trial_id, ATTEMPT_ATTR, attempt)
+    attempt = int(storage.get_trial(trial_id).user_attrs.get(tag.ATTEMPT, 0)) + 1
+    storage.set_trial_user_attr(trial_id, tag.ATTEMPT, attempt)
     return attempt
 
 
@@ -346,9 +346,9 @@ def execute(
         tb = traceback.format_exc()
         run.set_tags(
             {
-                tag.FAIL_REASON: outcome.reason[:5000],
+                tag.FAIL_REASON: outcome.reason[: tag.REASON_LIMIT],
                 tag.ERROR_TYPE: outcome.error_type,
-                tag.ERROR_MESSAGE: str(exc)[:5000],
+                tag.ERROR_MESSAGE: str(exc)[: tag.REASON_LIMIT],
             }
         )
         run.log_text(tb, "traceback.txt")
