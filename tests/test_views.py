@@ -263,12 +263,20 @@ def _browse(url: str, folder: Path, *, expect: list[str]) -> None:
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
+@pytest.fixture(scope="module")
+def notebook_runs(tmp_path_factory):
+    """One runs folder for the notebooks, as for a user who runs them in order in one
+    folder: the analysis notebook reads the quickstart's study when it is there (and runs it
+    first when it is not, as when it runs alone)."""
+    return tmp_path_factory.mktemp("notebook-runs")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch, notebook_runs):
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("HPSEARCH_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("HPSEARCH_RUN_DIR", str(notebook_runs))
     monkeypatch.setenv("HPSEARCH_STUDIES", str(path.parent.parent / "studies"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     book = nbformat.read(path, as_version=4)
