@@ -139,6 +139,18 @@ def test_objective_defining_its_own_space(run_dir, dask_client):
     assert all("kind" in r.data.params for r in trial_runs)
 
 
+def test_a_workers_later_trials_sample_from_the_whole_history(run_dir, dask_client):
+    """Trials that sample on their worker (an objective suggesting its own parameters) see
+    every trial asked before them, not the history of their worker's first trial."""
+    spec = user_spec("history", "hpsearch.testing.objectives:sampler_history", n_trials=8)
+    Study(spec, run_dir=run_dir, client=dask_client).run()
+    trials = _plain_study(run_dir, "history").trials
+    assert len(trials) == 8
+    for t in trials:
+        # Trials 0..number were asked (the trial itself is RUNNING) before it sampled.
+        assert t.user_attrs["sampler_saw"] >= t.number + 1, (t.number, t.user_attrs)
+
+
 def test_resume_continues_to_the_budget_without_duplicates(run_dir, dask_client):
     spec = user_spec("resume", "hpsearch.testing.objectives:staircase", n_trials=3)
     Study(spec, run_dir=run_dir, client=dask_client).run()

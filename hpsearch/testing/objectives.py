@@ -65,6 +65,16 @@ def dynamic(trial: optuna.Trial) -> float:
     return x if kind == "a" else x + 0.5
 
 
+def sampler_history(trial: optuna.Trial) -> float:
+    """Records how many trials the samplers see when this trial samples on its worker.
+
+    Every Optuna sampler reads the history through ``Study._get_trials(use_cache=True)``: a
+    worker's later trials must see the trials that were added since its first one."""
+    seen = len(trial.study._get_trials(deepcopy=False, use_cache=True))
+    trial.set_user_attr("sampler_saw", seen)
+    return trial.suggest_float("x", 0.0, 1.0)
+
+
 def raises(trial: optuna.Trial) -> float:
     x = trial.suggest_float("x", 0.0, 1.0)
     if trial.number % 2 == 1:

@@ -24,7 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -32,35 +32,47 @@ from hpsearch._optuna import cached_trial
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
-from hpsearch.storage import proxy_client
+from hpsearch.storage import open_storage, proxy_client
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._continuation import continue_parent, lineage_tags
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
 from hpsearch.trial import TrialContext, TrialOutcome, TrialTask
 
+if TYPE_CHECKING:
+    from optuna.pruners import BasePruner
+    from optuna.samplers import BaseSampler
+    from optuna.storages import BaseStorage
+
 # Per-process caches: a worker runs many trials of the same study.
-_studies: dict[tuple[str, str], optuna.Study] = {}
+_studies: dict[tuple[str, str], tuple[BaseStorage, BaseSampler, BasePruner]] = {}
 _studies_lock = threading.Lock()
 
 
 def _worker_study(task: TrialTask) -> optuna.Study:
+    """The study as this trial sees it: the worker's storage client, sampler and pruner (one
+    each per process), in a new ``optuna.Study`` for every trial.
+
+    A new study object, not a kept one: Optuna's samplers read the history through a cache
+    that only ``Study.ask`` and ``Study.tell`` clear, and a worker calls neither (the
+    coordinator asks and tells). A kept study would let every later trial of a worker thread
+    sample from the history its first trial saw."""
     from hpsearch.pruning import build_pruner
     from hpsearch.sampling import build_sampler
 
     key = (task.storage_url or f"{task.proxy.host}:{task.proxy.port}", task.study_name)
     with _studies_lock:
-        study = _studies.get(key)
-        if study is None:
+        parts = _studies.get(key)
+        if parts is None:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
-            study = optuna.load_study(
-                study_name=task.study_name,
-                storage=task.storage_url or proxy_client(task.proxy),
+            parts = (
+                open_storage(task.storage_url) if task.storage_url else proxy_client(task.proxy),
                 # Only objectives that suggest beyond the declared space sample here.
-                sampler=build_sampler(task.spec, seed_offset=os.getpid()),
-                pruner=build_pruner(task.spec),
+                build_sampler(task.spec, seed_offset=os.getpid()),
+                build_pruner(task.spec),
             )
-            _studies[key] = study
-        return study
+            _studies[key] = parts
+    storage, sampler, pruner = parts
+    return optuna.Study(task.study_name, storage, sampler=sampler, pruner=pruner)
 
 
 def _worker_address() -> str:
