@@ -365,6 +365,17 @@ class Coordinator(SchedulerDriver):
         In-flight trials always run to their end: the timeout only stops new trials from
         starting, as in Optuna.
         """
+        import sys
+
+        from hpsearch._threads import quick_switches
+
+        switch = quick_switches()  # the scheduler, the client and the proxy share this GIL
+        try:
+            return self._run()
+        finally:
+            sys.setswitchinterval(switch)
+
+    def _run(self) -> Progress:
         from distributed import as_completed
 
         from hpsearch.interruption import clear_interrupted

@@ -76,8 +76,10 @@ def dask_setup(worker: Any) -> None:
 
     import hpsearch.tracking
     import hpsearch.training._runner
+    from hpsearch._threads import quick_switches
 
     hpsearch.tracking.fail_fast_http()
+    quick_switches()  # the trial's calls are not kept waiting by the MLflow writer
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

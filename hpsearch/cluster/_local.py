@@ -28,6 +28,24 @@ from hpsearch.cluster._env import cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.exceptions import GpuAllocationError
 
+#: Dask settings of the local cluster (its scheduler, and its nannies, which hand theirs to
+#: their worker processes):
+#:
+#: - a worker that dies fails its task at once (Dask would retry it on other workers up to
+#:   3 times): the coordinator counts the losses itself, resumes the trial from its
+#:   checkpoint and applies ``search.max_retries``;
+#: - no work stealing: it moves queued tasks between workers, but the coordinator submits a
+#:   trial only when a set is free for it, so there is nothing to move, and the extension's
+#:   bookkeeping of every task (and its rebalancing pass) is work for nothing on the
+#:   coordinator's process;
+#: - no statistical profiler in the workers: it samples every thread's stack 100 times a
+#:   second, for the dashboard's profile page, which a study does not read.
+CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.scheduler.allowed-failures": 0,
+    "distributed.scheduler.work-stealing": False,
+    "distributed.worker.profile.enabled": False,
+}
+
 if TYPE_CHECKING:
     from distributed import SpecCluster
 
@@ -186,10 +204,7 @@ def start_local_cluster(
             **({"security": security, "protocol": protocol} if security is not None else {}),
         },
     }
-    # A worker that dies fails its task at once (Dask would retry it on other workers up to
-    # 3 times): the coordinator counts the losses itself, resumes the trial from its
-    # checkpoint and applies search.max_retries.
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    with dask.config.set(CLUSTER_CONFIG):
         cluster = SpecCluster(
             workers=workers,
             scheduler=scheduler,
