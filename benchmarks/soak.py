@@ -183,6 +183,8 @@ class TrackingServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            # no job runner (MLflow's GenAI evaluation jobs): the server is one process
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
         wait_http(f"{self.uri}/health", 180)
 

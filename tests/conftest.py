@@ -98,6 +98,9 @@ def mlflow_runs(uri: str, experiment: str):
 
 
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+# The MLflow servers the tests start need no job runner (MLflow's GenAI evaluation jobs):
+# two processes less for each server.
+os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
 
 def spawn_ranks(fn: Any, *args: Any, world_size: int = 2) -> None:

@@ -258,7 +258,10 @@ def ui(
     ]
     if uri.startswith("sqlite:") and study.layout.mlflow_artifacts.exists():
         cmd += ["--artifacts-destination", str(study.layout.mlflow_artifacts)]
-    procs = [subprocess.Popen(cmd, start_new_session=True)]
+    # The UI of a study needs no job runner (MLflow's GenAI evaluation jobs): without it, the
+    # server is one process, not three.
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    procs = [subprocess.Popen(cmd, start_new_session=True, env=env)]
     url = f"http://127.0.0.1:{port}"
     try:
         from hpsearch.tracking import get_client
