@@ -76,6 +76,7 @@ class _Backend:
                     key: dask.config.get(key)
                     for key in (
                         "distributed.admin.low-level-log-length",
+                        "distributed.admin.system-monitor.log-length",
                         "distributed.diagnostics.computations.max-history",
                     )
                 }

@@ -16,19 +16,29 @@ if TYPE_CHECKING:
 
     from hpsearch.spec import StudySpec
 
-#: Dask's in-memory debugging logs, shortened for the clusters and clients a study opens.
-#: ``distributed.admin.low-level-log-length`` (1,000 by default) bounds the scheduler's
-#: transition log and event topics, the last batches of messages each batched comm keeps
-#: (per worker on the scheduler, and the client's to the scheduler) and the workers' state
-#: machine logs: in a long study they fill up with task messages, each holding a trial's task
-#: and its spec, some megabytes in the coordinator for nothing but ``story()``-style
-#: debugging. (``distributed.scheduler.transition-log-length``,
-#: ``distributed.scheduler.events-log-length`` and
-#: ``distributed.comm.recent-messages-log-length`` are its older names.) The computations
-#: history is kept for the dashboard only. A value the user set explicitly (dask's config
-#: files or environment) is kept.
+#: Dask's in-memory logs, shortened for the clusters and clients a study opens: a study can
+#: run for days, and these held megabytes in the coordinator (and in each worker) for nothing
+#: but debugging and the dashboard's plots.
+#:
+#: - ``distributed.admin.low-level-log-length`` (1,000 by default) bounds the scheduler's
+#:   transition log and event topics, the last batches of messages each batched comm keeps
+#:   (on the scheduler, one per worker, and the client's to the scheduler) and the workers'
+#:   state machine logs. Each task message holds its trial's task and spec: at the default
+#:   some thousand of them stayed in the coordinator, 2 KB each.
+#:   (``distributed.scheduler.transition-log-length``,
+#:   ``distributed.scheduler.events-log-length`` and
+#:   ``distributed.comm.recent-messages-log-length`` are its older names.)
+#: - ``distributed.admin.system-monitor.log-length``: the samples of the process's CPU,
+#:   memory and network every 0.5 s (7,200 by default: an hour, about 1 KB each, some 7 MB
+#:   in each process once full); 600 keep the dashboard's plots five minutes long.
+#: - ``distributed.diagnostics.computations.max-history``: past computations (the
+#:   dashboard's), each holding its task groups.
+#:
+#: A value set explicitly (dask's config files, ``DASK_*`` variables, ``dask.config.set``)
+#: is kept.
 DASK_LOG_LENGTHS: dict[str, int] = {
     "distributed.admin.low-level-log-length": 50,
+    "distributed.admin.system-monitor.log-length": 600,
     "distributed.diagnostics.computations.max-history": 10,
 }
 
