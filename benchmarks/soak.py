@@ -21,15 +21,16 @@ or in MLflow, one MLflow run per trial, every reported step in MLflow once; the 
 orchestration cost per trial (wall between completions / trials) of the first and the last
 200 trials. It exits non-zero when a check fails.
 
-The coordinator's growth is split in two: its RSS, and what Python allocated in it since 50
-trials after its start and still holds (``tracemalloc``, one frame, started then: see
-``_traced.py``), the rest of the RSS growth being the tracer's own table and the allocator's
-(freed memory glibc keeps, fragmentation). ``--no-trace`` runs ``hpsearch run`` untraced.
+With ``--trace`` the coordinator's growth is also split: its RSS, what Python allocated in
+it since 50 trials after its start and still holds (``tracemalloc``, one frame, started then:
+see ``_traced.py``), the tracer's own table, and the rest (the allocator's: freed memory glibc
+keeps, fragmentation). Tracing is not free: its table grows the RSS about as much as what it
+traces, and it slows the coordinator (the cost per trial is not comparable then).
 
 ``--plain`` runs the same study with trivial trials only and no faults, as a baseline.
 
     python benchmarks/soak.py [--trials 2000] [--workers 4] [--kills 8] [--seed 0] [--plain]
-                              [--no-trace]
+                              [--trace]
 """
 
 from __future__ import annotations
@@ -557,10 +558,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", action="store_true", help="keep the study folder")
     p.add_argument(
-        "--no-trace",
-        dest="trace",
-        action="store_false",
-        help="run the coordinator without tracemalloc (no split of its growth)",
+        "--trace",
+        action="store_true",
+        help="split the coordinator's growth: tracemalloc in it from 50 trials on (slows it)",
     )
     p.add_argument(
         "--plain",
