@@ -21,9 +21,16 @@ or in MLflow, one MLflow run per trial, every reported step in MLflow once; the 
 orchestration cost per trial (wall between completions / trials) of the first and the last
 200 trials. It exits non-zero when a check fails.
 
+With ``--trace`` the coordinator's growth is also split: its RSS, what Python allocated in
+it since 50 trials after its start and still holds (``tracemalloc``, one frame, started then:
+see ``_traced.py``), the tracer's own table, and the rest (the allocator's: freed memory glibc
+keeps, fragmentation). Tracing is not free: its table grows the RSS about as much as what it
+traces, and it slows the coordinator (the cost per trial is not comparable then).
+
 ``--plain`` runs the same study with trivial trials only and no faults, as a baseline.
 
     python benchmarks/soak.py [--trials 2000] [--workers 4] [--kills 8] [--seed 0] [--plain]
+                              [--trace]
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine, table
 
+HERE = Path(__file__).resolve().parent
 NAME = "soak"
 WINDOW = 200  # trials in each window of the cost per trial
 CNN_EVERY = 100  # every 100th trial (numbers ending in 50) trains a real CNN
@@ -216,6 +224,9 @@ class Samples:
 
     coordinator: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     workers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: The coordinator's traced Python allocations since its tracing began, by pid:
+    #: (trials ended, bytes traced, bytes of the tracer itself).
+    traced: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 def ended_trials(metrics_url: str) -> int | None:
@@ -261,6 +272,7 @@ class Soak:
         self.kills = 0
         self.coordinator: subprocess.Popen[str] | None = None
         self.runs = 0
+        self.trace_dir: Path | None = None
         self.log = open(folder / "hpsearch-run.log", "w")  # noqa: SIM115
 
     def write_study(self) -> Path:
@@ -285,8 +297,14 @@ class Soak:
         self.runs += 1
         self.log.write(f"---- hpsearch run #{self.runs}\n")
         self.log.flush()
+        command = [sys.executable, "-m", "hpsearch.cli", "run", str(study)]
+        if self.args.trace:  # the same command, traced from 50 trials on (see _traced.py)
+            self.trace_dir = self.folder / f"trace-{self.runs}"
+            self.trace_dir.mkdir()
+            command = [sys.executable, str(HERE / "_traced.py"), str(self.trace_dir)]
+            command += ["run", str(study)]
         self.coordinator = subprocess.Popen(
-            [sys.executable, "-m", "hpsearch.cli", "run", str(study)],
+            command,
             cwd=self.folder,
             env=env,
             stdout=self.log,
@@ -304,7 +322,10 @@ class Soak:
             rss = proc.memory_info().rss
         except psutil.Error:
             return
-        self.samples.coordinator.setdefault(proc.pid, []).append((ended, rss))
+        points = self.samples.coordinator.setdefault(proc.pid, [])
+        points.append((ended, rss))
+        if self.trace_dir is not None:
+            self.sample_traced(proc.pid, ended, points[0][0])
         for worker in worker_processes(proc):
             try:
                 self.samples.workers.setdefault(worker.pid, []).append(
@@ -312,6 +333,23 @@ class Soak:
                 )
             except psutil.Error:
                 continue
+
+    def sample_traced(self, pid: int, ended: int, born: int) -> None:
+        """The coordinator's traced bytes; tracing starts 50 trials after its first sample
+        (where the memory table's figures start)."""
+        import json
+
+        assert self.trace_dir is not None
+        start = self.trace_dir / "trace-start"
+        if not start.exists():
+            if ended >= born + 50:
+                start.touch()
+            return
+        try:
+            read = json.loads((self.trace_dir / "traced.json").read_text())
+        except (OSError, ValueError):
+            return
+        self.samples.traced.setdefault(pid, []).append((ended, read["traced"], read["tracer"]))
 
     def kill_a_worker(self, rng: random.Random) -> None:
         import psutil
@@ -479,6 +517,30 @@ def memory_rows(samples: Samples, n_trials: int) -> list[list[Any]]:
     return rows
 
 
+def traced_rows(samples: Samples) -> tuple[str, list[list[Any]]]:
+    """The last coordinator's growth, split: RSS, Python's live allocations, the tracer; and
+    the trials it spans."""
+    last_coordinator = max(samples.coordinator, key=lambda pid: samples.coordinator[pid][0][0])
+    traced = samples.traced.get(last_coordinator)
+    if not traced:
+        return "", []
+    rss = dict(samples.coordinator[last_coordinator])
+    first, last = traced[0], traced[-1]
+    trials = max(1, last[0] - first[0])
+    before = [r for n, r in samples.coordinator[last_coordinator] if n <= first[0]]
+    rss_growth = (rss[last[0]] - (before[-1] if before else rss[first[0]])) / MIB
+    python = (last[1] - first[1]) / MIB
+    tracer = (last[2] - first[2]) / MIB
+    rest = rss_growth - python - tracer
+    per = 1000 / trials
+    return f"{first[0]}-{last[0]}", [
+        ["RSS", rss_growth, per * rss_growth],
+        ["Python objects (traced, alive)", python, per * python],
+        ["tracemalloc's own table", tracer, per * tracer],
+        ["the rest (allocator: freed pages kept, fragmentation)", rest, per * rest],
+    ]
+
+
 def cost_rows(study: Any, workers: int) -> list[list[Any]]:
     done = sorted(t.datetime_complete for t in study.get_trials(deepcopy=False))
     window = min(WINDOW, len(done) // 5)
@@ -497,6 +559,11 @@ def main() -> None:
     p.add_argument("--kills", type=int, default=8, help="worker processes SIGKILLed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", action="store_true", help="keep the study folder")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="split the coordinator's growth: tracemalloc in it from 50 trials on (slows it)",
+    )
     p.add_argument(
         "--plain",
         action="store_true",
@@ -543,6 +610,11 @@ def main() -> None:
             memory_rows(soak.samples, args.trials),
         )
     )
+    span, split = traced_rows(soak.samples)
+    if split:
+        print()
+        print(f"the coordinator's growth, split (trials {span}):")
+        print(table(["what", "growth MiB", "MiB/1000 trials"], split))
     print()
     print(
         table(

@@ -17,6 +17,7 @@ its continuations are created by the scheduler, within ``search.n_trials``).
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 CAPACITY_REFRESH_S = 2.0
 #: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
 SCALE_POLL_S = 0.2
+#: Trial durations kept to tell whether trials are short (see Coordinator._short_trials).
+RECENT_DURATIONS = 10
 
 
 class Coordinator(SchedulerDriver):
@@ -93,7 +96,8 @@ class Coordinator(SchedulerDriver):
         self.in_flight: dict[Future, _InFlight] = {}
         self.progress = Progress(spec.search.n_trials)
         self._pending: list[_Ready] = []
-        self._durations: list[float] = []
+        # The latest trials' durations only: nothing the coordinator keeps grows with the study.
+        self._durations: collections.deque[float] = collections.deque(maxlen=RECENT_DURATIONS)
         self._losses: dict[int, int] = {}  # trial number -> times its worker was lost
         self._last_loss: dict[int, str] = {}  # trial number -> why it ended after its last loss
         self._storage = storage_of(study)
@@ -176,7 +180,7 @@ class Coordinator(SchedulerDriver):
         an asked trial is RUNNING in the study from then on, so for long trials it would
         misstate their start time by a whole trial, for a gain nobody would notice.
         """
-        recent = self._durations[-10:]
+        recent = list(self._durations)
         return bool(recent) and sorted(recent)[len(recent) // 2] < 1.0
 
     def _count_outcome(self, outcome: TrialOutcome) -> None:
@@ -473,6 +477,8 @@ class Coordinator(SchedulerDriver):
                     outcome = self._outcome(info, future, result)
                     self._tell(info, outcome)
                     self._count_outcome(outcome)
+                    self._losses.pop(info.number, None)  # it ended: its losses are told
+                    self._last_loss.pop(info.number, None)
             self._close_paused(asking=False)
         except BaseException:
             self.interrupt()

@@ -44,6 +44,10 @@ POLL_S = 2.0
 ENDPOINT_FILE = "metrics.json"
 #: What a trial logs that the metrics show per trial (the built-in loop logs both each epoch).
 THROUGHPUT_KEYS = ("samples_per_s", "epoch_s")
+#: Ended trials whose throughput the endpoint still shows (the latest ones): each is a series
+#: of its own (label ``trial``), so keeping every trial's would grow the coordinator and every
+#: scrape with the study. Prometheus keeps what it scraped of the others.
+ENDED_SHOWN = 256
 
 # ------------------------------------------------------------------------- worker side
 
@@ -166,7 +170,9 @@ class StudyMetrics(NoMetrics):
         self.coordinator: Coordinator | None = None
         self.losses = 0
         self.retries = 0
-        self._ended: dict[int, dict[str, float]] = {}  # trial number -> its last throughput
+        # trial number -> its last throughput, for the latest ENDED_SHOWN ended trials
+        # (a plain dict, in the order they ended: the scrape's thread copies it at once)
+        self._ended: dict[int, dict[str, float]] = {}
         self._workers: dict[str, dict[str, Any]] = {}  # address -> its latest figures
         self._disk_backlog = 0
         self._stop = threading.Event()
@@ -235,7 +241,10 @@ class StudyMetrics(NoMetrics):
     def on_outcome(self, outcome: TrialOutcome) -> None:
         figures = {k: float(outcome.extra[k]) for k in THROUGHPUT_KEYS if k in outcome.extra}
         if figures:
+            self._ended.pop(outcome.trial_number, None)
             self._ended[outcome.trial_number] = figures
+            while len(self._ended) > ENDED_SHOWN:
+                del self._ended[next(iter(self._ended))]
 
     def on_worker_lost(self, *, retried: bool) -> None:
         self.losses += 1

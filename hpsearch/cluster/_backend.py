@@ -16,6 +16,47 @@ if TYPE_CHECKING:
 
     from hpsearch.spec import StudySpec
 
+#: Dask's in-memory logs, shortened for the clusters and clients a study opens: a study can
+#: run for days, and these held megabytes in the coordinator (and in each worker) for nothing
+#: but debugging and the dashboard's plots.
+#:
+#: - ``distributed.admin.low-level-log-length`` (1,000 by default) bounds the scheduler's
+#:   transition log and event topics, the last batches of messages each batched comm keeps
+#:   (on the scheduler, one per worker, and the client's to the scheduler) and the workers'
+#:   state machine logs. Each task message holds its trial's task and spec: at the default
+#:   the coordinator's RSS grew about 22 MiB per 1000 short trials (benchmarks/soak.py
+#:   --plain), 4 MiB at 50; the workers' 2.5-3.5, 1-1.5 at 50.
+#:   (``distributed.scheduler.transition-log-length``,
+#:   ``distributed.scheduler.events-log-length`` and
+#:   ``distributed.comm.recent-messages-log-length`` are its older names.)
+#: - ``distributed.admin.system-monitor.log-length``: the samples of the process's CPU,
+#:   memory and network every 0.5 s (7,200 by default: an hour, about 1 KB each, some 7 MB
+#:   in each process once full); 600 keep the dashboard's plots five minutes long.
+#: - ``distributed.diagnostics.computations.max-history``: past computations (the
+#:   dashboard's), each holding its task groups.
+#:
+#: A value set explicitly (dask's config files, ``DASK_*`` variables, ``dask.config.set``)
+#: is kept.
+DASK_LOG_LENGTHS: dict[str, int] = {
+    "distributed.admin.low-level-log-length": 50,
+    "distributed.admin.system-monitor.log-length": 600,
+    "distributed.diagnostics.computations.max-history": 10,
+}
+
+
+def dask_log_lengths() -> dict[str, int]:
+    """The :data:`DASK_LOG_LENGTHS` to set: those whose value is still Dask's default."""
+    import dask
+    import distributed  # noqa: F401  (its defaults in dask's config)
+
+    defaults = dask.config.merge(*dask.config.defaults)
+    return {
+        key: value
+        for key, value in DASK_LOG_LENGTHS.items()
+        if dask.config.get(key, None) == dask.config.get(key, None, config=defaults)
+    }
+
+
 #: :attr:`Backend.remote` of a batch cluster: its workers are other nodes, wherever its scheduler.
 BATCH = "batch"
 
@@ -55,7 +96,7 @@ class Backend(abc.ABC):
 
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec
-        self._started: contextlib.AbstractContextManager[Client] | None = None
+        self._started: contextlib.ExitStack | None = None
         #: What scales the jobs with the trials while it runs (``cluster.adapt`` on SLURM:
         #: a :class:`~hpsearch.cluster._scaling.JobScaler`), else ``None``.
         self.scaler: Any = None
@@ -92,8 +133,19 @@ class Backend(abc.ABC):
         and closing what it started on the way out."""
 
     def __enter__(self) -> Client:
-        self._started = self.start()
-        return self._started.__enter__()
+        import dask
+
+        # For the cluster's whole life: its scheduler, nannies and client read them as they
+        # start, and the scheduler's comm to each worker as the worker joins.
+        stack = contextlib.ExitStack()
+        stack.enter_context(dask.config.set(dask_log_lengths()))
+        try:
+            client = stack.enter_context(self.start())
+        except BaseException:
+            stack.close()
+            raise
+        self._started = stack
+        return client
 
     def __exit__(self, *exc_info: object) -> bool | None:
         started, self._started = self._started, None
