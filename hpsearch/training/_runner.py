@@ -398,6 +398,13 @@ def _finish(
     outcome.extra.update(figures)
     end_trial(task.study_name, task.trial_number)
     run.finish(outcome.state)
+    if outcome.state == "PAUSED":
+        # The trial goes on later, maybe on another worker, which finds its run by the trial
+        # number: the run must be in the store by then (a short attempt's run is created only
+        # as it ends), or the next attempt would create a second one.
+        from hpsearch.tracking import flush, flush_timeout
+
+        flush(min(30.0, flush_timeout()))
 
 
 def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
