@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hpsearch import Study
@@ -216,7 +217,17 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
             )
     finally:
         os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Say who still holds the output open: hpsearch ui itself, or a server it started.
+            holders = [
+                " ".join(p.info["cmdline"])[:120]
+                for p in psutil.process_iter(["cmdline"])
+                if str(port) in " ".join(p.info["cmdline"] or [])
+            ]
+            proc.kill()
+            pytest.fail(f"hpsearch ui exit code {proc.poll()}; still running: {holders}")
     assert f"http://127.0.0.1:{port}" in out
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{base}/health", timeout=2)

@@ -261,41 +261,42 @@ def ui(
     # The UI of a study needs no job runner (MLflow's GenAI evaluation jobs): without it, the
     # server is one process, not three.
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    procs = [subprocess.Popen(cmd, start_new_session=True, env=env)]
-    url = f"http://127.0.0.1:{port}"
-    try:
-        from hpsearch.tracking import get_client
-
-        exp = get_client(uri).get_experiment_by_name(study.experiment)
-        if exp is not None:
-            # the runs table: the study, its trials nested
-            url += f"/#/experiments/{exp.experiment_id}/runs"
-    except Exception:  # the store is read by the UI itself anyway
-        pass
-    console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
-    if importlib.util.find_spec("optuna_dashboard") is not None:
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "optuna_dashboard",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port + 1),
-                    study.storage_url.replace("journal://", ""),
-                ],
-                start_new_session=True,
-            )
-        )
-        console.print(f"[bold]Optuna dashboard[/] http://127.0.0.1:{port + 1}")
-    console.print("Ctrl-C stops them")
     _sigterm_as_interrupt()
-    try:
-        while all(p.poll() is None for p in procs):
-            import time
+    procs: list[subprocess.Popen[bytes]] = []
+    try:  # from the first process on: a Ctrl-C at any moment stops what was started
+        procs.append(subprocess.Popen(cmd, start_new_session=True, env=env))
+        url = f"http://127.0.0.1:{port}"
+        try:
+            from hpsearch.tracking import get_client
 
+            exp = get_client(uri).get_experiment_by_name(study.experiment)
+            if exp is not None:
+                # the runs table: the study, its trials nested
+                url += f"/#/experiments/{exp.experiment_id}/runs"
+        except Exception:  # the store is read by the UI itself anyway
+            pass
+        console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
+        if importlib.util.find_spec("optuna_dashboard") is not None:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "optuna_dashboard",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port + 1),
+                        study.storage_url.replace("journal://", ""),
+                    ],
+                    start_new_session=True,
+                )
+            )
+            console.print(f"[bold]Optuna dashboard[/] http://127.0.0.1:{port + 1}")
+        console.print("Ctrl-C stops them")
+        import time
+
+        while all(p.poll() is None for p in procs):
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
@@ -308,5 +309,6 @@ def ui(
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
     if procs[0].returncode not in (0, None, -signal.SIGTERM):
         raise typer.Exit(procs[0].returncode)
