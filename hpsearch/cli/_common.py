@@ -39,10 +39,20 @@ def _quiet_logs() -> None:
     logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)
 
 
+def _unblock_interrupts() -> None:
+    """Let SIGINT and SIGTERM through even when this process was started with them blocked
+    (a signal mask is inherited from the parent, as an ignored SIGINT is)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _sigterm_as_interrupt() -> None:
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt, also where the parent ignored SIGINT."""
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    _unblock_interrupts()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -63,6 +73,7 @@ def _interrupt_then_stop() -> None:
         )
         raise KeyboardInterrupt
 
+    _unblock_interrupts()
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
 

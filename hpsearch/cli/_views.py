@@ -261,11 +261,7 @@ def ui(
     # The UI of a study needs no job runner (MLflow's GenAI evaluation jobs): without it, the
     # server is one process, not three.
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    # Ctrl-C must stop the UI even when this process was started with SIGINT ignored or
-    # blocked (both are inherited from the parent): the UI runs until interrupted.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    _sigterm_as_interrupt()
+    _sigterm_as_interrupt()  # the UI runs until interrupted
     procs: list[subprocess.Popen[bytes]] = []
     try:  # from the first process on: a Ctrl-C at any moment stops what was started
         procs.append(subprocess.Popen(cmd, start_new_session=True, env=env))
@@ -314,5 +310,5 @@ def ui(
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
-    if procs[0].returncode not in (0, None, -signal.SIGTERM):
+    if procs and procs[0].returncode not in (0, None, -signal.SIGTERM):
         raise typer.Exit(procs[0].returncode)
