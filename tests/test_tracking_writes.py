@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from hpsearch.tracking import BATCH_INTERVAL, StudyTracker, TrialRun, flush, tag
 
 
@@ -74,23 +76,40 @@ def test_a_trial_run_again_continues_its_run(tmp_path):
     _check_ended(runs[3], 3, "COMPLETE", "FINISHED", {"x": "0.5"})
 
 
-def test_a_create_whose_answer_is_lost_makes_no_second_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", ["client calls", "one transaction"])
+def test_a_create_whose_answer_is_lost_makes_no_second_run(tmp_path, monkeypatch, path):
     """The store commits the run and the answer never arrives (the server killed mid-reply):
-    the retried write finds that run instead of creating another one."""
+    the retried write finds that run instead of creating another one. A short trial's run
+    is written by the client's calls, or in one transaction of MLflow's SQL store."""
     from mlflow import MlflowClient
 
+    from hpsearch.tracking import _trial_run
+
     target = _target(tmp_path)
-    create = MlflowClient.create_run
     lost: list[str] = []
+    if path == "client calls":
+        monkeypatch.setattr(_trial_run, "write_ended_run", lambda *a, **k: None)
+        create = MlflowClient.create_run
 
-    def create_then_lose_the_answer(self, *args, **kwargs):
-        run = create(self, *args, **kwargs)
-        if not lost:
-            lost.append(run.info.run_id)
-            raise ConnectionError("Connection broken: IncompleteRead(0 bytes read)")
-        return run
+        def create_then_lose_the_answer(self, *args, **kwargs):
+            run = create(self, *args, **kwargs)
+            if not lost:
+                lost.append(run.info.run_id)
+                raise ConnectionError("Connection broken: IncompleteRead(0 bytes read)")
+            return run
 
-    monkeypatch.setattr(MlflowClient, "create_run", create_then_lose_the_answer)
+        monkeypatch.setattr(MlflowClient, "create_run", create_then_lose_the_answer)
+    else:
+        write = _trial_run.write_ended_run
+
+        def write_then_lose_the_answer(*args, **kwargs):
+            run_id = write(*args, **kwargs)
+            if not lost:
+                lost.append(run_id)
+                raise ConnectionError("the answer was lost")
+            return run_id
+
+        monkeypatch.setattr(_trial_run, "write_ended_run", write_then_lose_the_answer)
     trial = TrialRun(target, 5, tags={tag.WORKER: "w0"}, resume=False)
     trial.log_params({"x": 0.5})
     trial.log_metrics({"loss": 0.1}, 0)

@@ -18,6 +18,7 @@ from hpsearch.tracking._client import (
     param_value,
 )
 from hpsearch.tracking._search import find_trial_runs
+from hpsearch.tracking._sql_store import write_ended_run
 from hpsearch.tracking._writer import writer
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class TrialRun:
         self._inflight: tuple[list[Any], dict[str, str], dict[str, str]] = ([], {}, {})
         self._resume = resume
         self._create_failed = False
+        self._whole = True  # may the run be written whole, in one transaction (see _write_whole)
+        self._start_ms = int(time.time() * 1000)
+        self._end_ms: int | None = None
         self._start_tags = {
             tag.PARENT_RUN_ID: target.parent_run_id,
             tag.STUDY: target.study_name,
@@ -151,6 +155,8 @@ class TrialRun:
             self._finishing.wait(pause)  # gather more, unless the trial is ending
         self._last_drain = time.monotonic()
         client = get_client(self.target.uri)
+        if self._write_whole(client):
+            return
         run_id = self.run_id
         if run_id is None or self._resume:
             run_id = self._open(client)
@@ -208,6 +214,59 @@ class TrialRun:
             self._closed = True
             live.discard(self)
 
+    def _write_whole(self, client: MlflowClient) -> bool:
+        """Write a run that does not exist yet and has ended (a short trial) in one
+        transaction of MLflow's SQL store, rather than three client calls; return whether it
+        was written (``False``: the client writes it, in the usual steps)."""
+        if not self._whole or self.run_id is not None or self._resume or self._create_failed:
+            return False
+        with self._lock:
+            if self._final is None or self._artifacts:
+                return False
+            metrics, params, tags = self._metrics, self._params, self._tags
+            self._metrics, self._params, self._tags = [], {}, {}
+            self._scheduled = False
+            final, end = self._final, self._end_ms or int(time.time() * 1000)
+        self._inflight = (metrics, params, tags)  # in a record too, should the process be saved now
+        merged = {**self._start_tags, **tags}
+        name = merged.pop(tag.RUN_NAME, tag.run_name(self.trial_number))
+        try:
+            run_id = write_ended_run(
+                client,
+                self.target.experiment_id,
+                name=name,
+                tags=merged,
+                params=params,
+                metrics=metrics,
+                status=PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final],
+                start_time=self._start_ms,
+                end_time=end,
+            )
+        except Exception:
+            # Whether the transaction committed is not known (the answer may be lost): the
+            # writer's retry looks for the run before it creates one.
+            self._create_failed = True
+            with self._lock:
+                self._metrics = metrics + self._metrics
+                self._params = {**params, **self._params}
+                self._tags = {**tags, **self._tags}
+                self._inflight = ([], {}, {})
+                self._scheduled = True
+            raise
+        self._inflight = ([], {}, {})
+        if run_id is None:  # not MLflow's SQL store: the client writes it
+            self._whole = False
+            with self._lock:
+                self._metrics = metrics + self._metrics
+                self._params = {**params, **self._params}
+                self._tags = {**tags, **self._tags}
+            return False
+        self.run_id = run_id
+        self._held.update((m.key, m.step) for m in metrics)
+        self._closed = True
+        live.discard(self)
+        return True
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
@@ -248,6 +307,7 @@ class TrialRun:
         # The run name travels as the mlflow.runName tag in the last batch.
         self._finishing.set()
         with self._lock:
+            self._end_ms = int(time.time() * 1000)
             self._tags.update(
                 {tag.STATE: state, tag.RUN_NAME: tag.run_name(self.trial_number, state)}
             )

@@ -1,0 +1,176 @@
+"""A short trial's whole MLflow run in one transaction of MLflow's SQL store.
+
+A trial that ends before its first write (most trials of a study whose trials take
+milliseconds to seconds) costs MLflow's client three calls: ``create_run``, ``log_batch``,
+``set_terminated``. On a SQL store that is 33 SQL statements in six sessions and 12-15 ms
+of CPU a run (``benchmarks/tracking_writes.py``), about half of what a trivial trial
+costs the whole study. MLflow's API has no call that creates a run with its data, or ended,
+or several runs at once, so :func:`write_ended_run` writes the rows that those three
+calls write (``runs``, ``tags``, ``params``, ``metrics``, ``latest_metrics``) itself,
+through MLflow's own table definitions and session maker, in one transaction.
+
+That reaches MLflow's private modules (its store class, ORM models, validation and the
+store of a client); all of it is in :func:`write_ended_run`, used only on the MLflow
+versions it was checked on (:data:`CHECKED_ON`, pinned by ``tests/test_tracking_sql_store.py``,
+which also checks that a run written here reads back through MLflow's public API exactly as
+one written through the client does). Anything else (another MLflow version, an HTTP
+tracking server, a file store) gets ``None`` back, and the caller makes the three public
+calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+log = logging.getLogger("hpsearch.tracking")
+
+#: The MLflow versions (major.minor) this module was checked on; on any other, the client's
+#: public calls write every run.
+CHECKED_ON = ("3.17",)
+
+_artifact_roots: dict[tuple[int, str], str | None] = {}
+_lock = threading.Lock()
+
+
+def _artifact_root(client: MlflowClient, store: Any, experiment_id: str) -> str | None:
+    """The experiment's artifact location, read once per client and experiment; ``None``
+    when the experiment is not active (the client's path then fails as MLflow does)."""
+    key = (id(store), experiment_id)
+    with _lock:
+        if key in _artifact_roots:
+            return _artifact_roots[key]
+    experiment = client.get_experiment(experiment_id)
+    root = experiment.artifact_location if experiment.lifecycle_stage == "active" else None
+    with _lock:
+        _artifact_roots[key] = root
+    return root
+
+
+def write_ended_run(
+    client: MlflowClient,
+    experiment_id: str,
+    *,
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, str],
+    metrics: Sequence[Metric],
+    status: str,
+    start_time: int,
+    end_time: int,
+) -> str | None:
+    """Write a whole, ended run (its tags, params, metrics and final status) in one
+    transaction; return its id, or ``None`` where the store is not MLflow's SQL store.
+
+    Raises what MLflow raises for data it refuses (names, lengths, batch limits), before
+    anything is written; a failed transaction leaves nothing behind.
+    """
+    try:
+        import mlflow
+
+        if ".".join(mlflow.__version__.split(".")[:2]) not in CHECKED_ON:
+            return None
+        from mlflow.entities import Param, RunTag
+        from mlflow.store.tracking.dbmodels.models import (
+            SqlLatestMetric,
+            SqlMetric,
+            SqlParam,
+            SqlRun,
+            SqlTag,
+        )
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME, MLFLOW_USER
+        from mlflow.utils.uri import append_to_uri_path
+        from mlflow.utils.validation import (
+            _validate_batch_log_data,
+            _validate_batch_log_limits,
+            _validate_param_keys_unique,
+        )
+        from sqlalchemy import insert
+
+        # MLflow keeps a client's store on a private attribute; no public accessor exists.
+        store = client._tracking_client.store
+    except (ImportError, AttributeError):  # another MLflow: the public calls do it
+        return None
+    if not isinstance(store, SqlAlchemyStore):
+        return None
+    root = _artifact_root(client, store, experiment_id)
+    if root is None:
+        return None
+
+    # The checks MLflow's log_batch makes (names, values, lengths, limits).
+    tag_list = [RunTag(k, v) for k, v in {**tags, MLFLOW_RUN_NAME: name}.items()]
+    param_list = [Param(k, v) for k, v in params.items()]
+    metric_list, param_list, tag_list = _validate_batch_log_data(
+        list(metrics), param_list, tag_list
+    )
+    _validate_batch_log_limits(metric_list, param_list, tag_list)
+    _validate_param_keys_unique(param_list)
+
+    run_id = uuid.uuid4().hex
+    metric_rows: dict[tuple[str, int, int, float, bool], dict[str, Any]] = {}
+    latest: dict[str, dict[str, Any]] = {}
+    for m in metric_list:
+        is_nan, value = store.sanitize_metric_value(m.value)
+        row = {
+            "run_uuid": run_id,
+            "key": m.key,
+            "value": value,
+            "timestamp": m.timestamp,
+            "step": m.step,
+            "is_nan": is_nan,
+        }
+        metric_rows.setdefault((m.key, m.timestamp, m.step, value, is_nan), row)
+        # MLflow's latest metric: the largest (step, timestamp, value) of each key.
+        best = latest.get(m.key)
+        if best is None or (m.step, m.timestamp, value) > (
+            best["step"],
+            best["timestamp"],
+            best["value"],
+        ):
+            latest[m.key] = row
+    with store.ManagedSessionMaker(read_only=False) as session:
+        session.execute(
+            insert(SqlRun.__table__),
+            [
+                {
+                    "run_uuid": run_id,
+                    "name": name,
+                    "artifact_uri": append_to_uri_path(
+                        root, run_id, SqlAlchemyStore.ARTIFACTS_FOLDER_NAME
+                    ),
+                    "experiment_id": int(experiment_id),
+                    "source_type": "UNKNOWN",
+                    "source_name": "",
+                    "entry_point_name": "",
+                    "user_id": tags.get(MLFLOW_USER, "unknown"),
+                    "status": status,
+                    "start_time": start_time,
+                    "end_time": end_time,
+                    "deleted_time": None,
+                    "source_version": "",
+                    "lifecycle_stage": "active",
+                }
+            ],
+        )
+        if tag_list:
+            session.execute(
+                insert(SqlTag.__table__),
+                [{"run_uuid": run_id, "key": t.key, "value": t.value} for t in tag_list],
+            )
+        if param_list:
+            session.execute(
+                insert(SqlParam.__table__),
+                [{"run_uuid": run_id, "key": p.key, "value": p.value} for p in param_list],
+            )
+        if metric_rows:
+            session.execute(insert(SqlMetric.__table__), list(metric_rows.values()))
+            session.execute(insert(SqlLatestMetric.__table__), list(latest.values()))
+    return run_id
