@@ -11,7 +11,10 @@ Who writes what:
 Worker-side writes never block training: they go through one background thread per
 process that coalesces metrics into ``log_batch`` calls (0.17 ms per metric, against
 7.8 ms for a single ``log_metric`` on SQLite) and keeps what could not be written, retrying
-until the store answers again. :func:`flush` waits for it.
+until the store answers again. :func:`flush` waits for it. A trial that ends before its
+first write (a short one) is written whole, already ended, in one transaction of MLflow's
+SQL store where the URI is one (0.7-0.9 ms of CPU against 7.4 for MLflow's three client
+calls); on an HTTP server it takes those three calls.
 
 Which URI wins: ``--mlflow-uri`` > ``tracking.mlflow_uri`` > ``MLFLOW_TRACKING_URI`` > the run
 folder's ``sqlite:///RUN_DIR/mlflow.db``. MLflow's own default is never used (it is a
@@ -24,6 +27,8 @@ The parts:
 - ``_writer``: the background writer thread and :func:`flush`;
 - ``_search``: a study's trial runs by trial number;
 - ``_trial_run``: :class:`TrialRun`, a trial's run on the worker;
+- ``_sql_store``: a short trial's whole run in one transaction of MLflow's SQL store (the
+  one place that reaches MLflow's private modules, pinned to the versions it was checked on);
 - ``_backlog``: :func:`spool` and :func:`replay_backlog`, the writes saved to disk;
 - ``_study_run``: :class:`StudyTracker`, the study's run on the coordinator.
 
