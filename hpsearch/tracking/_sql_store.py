@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,21 +37,23 @@ log = logging.getLogger("hpsearch.tracking")
 #: public calls write every run.
 CHECKED_ON = ("3.17",)
 
-_artifact_roots: dict[tuple[int, str], str | None] = {}
+#: Each store's experiments' artifact locations, read once (``None``: not active).
+_artifact_roots: weakref.WeakKeyDictionary[Any, dict[str, str | None]]
+_artifact_roots = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def _artifact_root(client: MlflowClient, store: Any, experiment_id: str) -> str | None:
-    """The experiment's artifact location, read once per client and experiment; ``None``
+    """The experiment's artifact location, read once per store and experiment; ``None``
     when the experiment is not active (the client's path then fails as MLflow does)."""
-    key = (id(store), experiment_id)
     with _lock:
-        if key in _artifact_roots:
-            return _artifact_roots[key]
+        known = _artifact_roots.setdefault(store, {})
+        if experiment_id in known:
+            return known[experiment_id]
     experiment = client.get_experiment(experiment_id)
     root = experiment.artifact_location if experiment.lifecycle_stage == "active" else None
     with _lock:
-        _artifact_roots[key] = root
+        known[experiment_id] = root
     return root
 
 
