@@ -51,9 +51,9 @@ def trial_runs(mlflow_uri: str, experiment: str, study_name: str) -> dict[int, A
 def best_trial(
     study: optuna.Study, *, metric: str, runs: dict[int, Any] | None = None
 ) -> BestTrial | None:
-    from hpsearch.coordinator import best_trial as pick
+    from hpsearch.trial import best_complete_trial
 
-    best = pick(study)
+    best = best_complete_trial(study)
     if best is None:
         return None
     run = (runs or {}).get(best.number)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -509,19 +508,3 @@ class Coordinator(SchedulerDriver):
             except Exception as exc:  # the cluster may already be gone
                 log.debug("cancel failed: %s", exc)
         self.interrupted = len(waiting)
-
-
-def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The best complete trial, or ``None`` when no trial completed (or the study has
-    several objectives: its best trials are its Pareto front, ``study.best_trials``)."""
-    if len(study.directions) > 1:
-        return None
-    done = [
-        (t.value, t)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None and math.isfinite(t.value)
-    ]
-    if not done:
-        return None
-    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(done, key=lambda pair: pair[0])[1]

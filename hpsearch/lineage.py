@@ -79,12 +79,12 @@ def plot_lineage(study: optuna.Study, *, metric: str) -> Figure:
     """Every trial as a bar over the epochs it trained, an arrow from each parent (at the
     epoch it was continued from) to its continuation; the best trial's line in green."""
     from hpsearch._plotting import STATE_COLORS, _figure
-    from hpsearch.coordinator import best_trial
+    from hpsearch.trial import best_complete_trial
 
     fig, ax = _figure(f"Lineage: trials over epochs ({metric})")
     trials = study.get_trials(deepcopy=False)
     links = parents(trials)
-    best = best_trial(study)
+    best = best_complete_trial(study)
     line = {s.trial for s in ancestry(trials, best.number)} if best is not None else set()
     for t in trials:
         start = links[t.number][1] if t.number in links else 0
@@ -123,9 +123,9 @@ def plot_param_schedule(study: optuna.Study, *, metric: str) -> Figure:
     with, inherited and perturbed at each continuation."""
     from matplotlib.figure import Figure
 
-    from hpsearch.coordinator import best_trial
+    from hpsearch.trial import best_complete_trial
 
-    best = best_trial(study)
+    best = best_complete_trial(study)
     trials = study.get_trials(deepcopy=False)
     line = ancestry(trials, best.number) if best is not None else []
     names = sorted({k for s in line for k, v in s.params.items() if isinstance(v, (int, float))})

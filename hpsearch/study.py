@@ -234,11 +234,11 @@ class Study:
     def param_schedule(self) -> list[Any]:
         """The best trial's line: ``Segment(trial, first_epoch, last_epoch, params)`` from the
         first trial of the population to it (one segment for a trial that continued none)."""
-        from hpsearch.coordinator import best_trial
         from hpsearch.lineage import ancestry
+        from hpsearch.trial import best_complete_trial
 
         study = self.optuna_study()
-        best = best_trial(study)
+        best = best_complete_trial(study)
         return [] if best is None else ancestry(study.get_trials(deepcopy=False), best.number)
 
     def report(self) -> list[Path]:
@@ -345,7 +345,7 @@ class Study:
 
         from hpsearch.cluster import Capacity, capacity, check_workers
         from hpsearch.cluster._open import backend_for
-        from hpsearch.coordinator import Coordinator, best_trial
+        from hpsearch.coordinator import Coordinator
         from hpsearch.pareto import study_directions
         from hpsearch.pruning import build_pruner
         from hpsearch.sampling import build_sampler
@@ -358,6 +358,7 @@ class Study:
             replay_backlog,
         )
         from hpsearch.training._runner import flush_tracking, spool_tracking
+        from hpsearch.trial import best_complete_trial
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
@@ -484,7 +485,7 @@ class Study:
             sync_journals()  # the study's last appends on disk before the command returns
             if metrics is not None:
                 metrics.close()
-            best = best_trial(study) if study is not None else None
+            best = best_complete_trial(study) if study is not None else None
             if tracker is not None and study is not None:
                 try:
                     check_reachable(self.mlflow_uri)

@@ -1,5 +1,5 @@
 """The plain types of a trial: what a worker is handed, what it hands back, what an
-objective knows of where it runs.
+objective knows of where it runs; and which trial of a study is the best.
 
 A leaf module: it imports nothing heavy and no other part of hpsearch at import time, so the
 coordinator, the worker-side runner (:mod:`hpsearch.training._runner`) and user code can
@@ -8,12 +8,15 @@ all depend on it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import optuna
+
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget, TrialRun
@@ -175,3 +178,22 @@ class TrialContext:
                 self.checkpoint_dir, self.trial_number
             )
         return store
+
+
+def best_complete_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The best complete trial, or ``None`` when no trial completed (or the study has
+    several objectives: its best trials are its Pareto front, ``study.best_trials``)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if len(study.directions) > 1:
+        return None
+    done = [
+        (t.value, t)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None and math.isfinite(t.value)
+    ]
+    if not done:
+        return None
+    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
+    return pick(done, key=lambda pair: pair[0])[1]

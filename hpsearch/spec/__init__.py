@@ -42,20 +42,22 @@ from hpsearch.spec._params import (
     IntParam,
     ParamSpec,
 )
+from hpsearch.spec._search import (
+    PRUNER_CLASSES,
+    SAMPLER_CLASSES,
+    PrunerSpec,
+    SamplerSpec,
+    SearchSpec,
+)
 from hpsearch.spec._sections import (
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
-    PRUNER_CLASSES,
-    SAMPLER_CLASSES,
     USER_OBJECTIVE_METRIC,
     Direction,
     ObjectiveSpec,
     ParallelSpec,
     Precision,
-    PrunerSpec,
-    SamplerSpec,
     Schedule,
-    SearchSpec,
     Strategy,
     TrackingSpec,
     default_direction,

@@ -16,15 +16,17 @@ from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._messages import _allowed, _did_you_mean, _Problems, _show
 from hpsearch.spec._params import CategoricalParam, FloatParam
-from hpsearch.spec._sections import (
-    BUILTIN_DATASETS,
-    BUILTIN_MODELS,
+from hpsearch.spec._search import (
     SAMPLER_CLASSES,
     PrunerSpec,
     SamplerSpec,
     SearchSpec,
-    Strategy,
     _name_and_options,
+)
+from hpsearch.spec._sections import (
+    BUILTIN_DATASETS,
+    BUILTIN_MODELS,
+    Strategy,
 )
 
 #: Built-in families that train under ``parallel: fsdp``.

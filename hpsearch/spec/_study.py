@@ -33,15 +33,17 @@ from hpsearch.spec._cluster import ClusterSpec, MetricsSpec, _check_backend
 from hpsearch.spec._messages import _fields, _Problems, _show, _Spec
 from hpsearch.spec._overrides import _apply_overrides
 from hpsearch.spec._params import ParamSpec, _validate_space
-from hpsearch.spec._sections import (
+from hpsearch.spec._search import (
     PRUNER_CLASSES,
+    PrunerSpec,
+    SamplerSpec,
+    SearchSpec,
+)
+from hpsearch.spec._sections import (
     USER_OBJECTIVE_METRIC,
     Direction,
     ObjectiveSpec,
     ParallelSpec,
-    PrunerSpec,
-    SamplerSpec,
-    SearchSpec,
     TrackingSpec,
     default_direction,
 )
