@@ -105,13 +105,14 @@ os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
 def spawn_ranks(fn: Any, *args: Any, world_size: int = 2) -> None:
     """Run ``fn(rank, world_size, port, *args)`` in ``world_size`` processes that form a gloo
-    group through a store bound here first (no race for a free port with other tests)."""
+    group through a store bound here first (no race for a free port with other tests); each
+    process ends as soon as ``fn`` returns (see ``hpsearch.testing.families.exit_when_done``)."""
     import torch.multiprocessing as mp
 
-    from hpsearch.testing.families import rendezvous
+    from hpsearch.testing.families import exit_when_done, rendezvous
 
     with rendezvous() as port:
-        mp.spawn(fn, args=(world_size, port, *args), nprocs=world_size, join=True)
+        mp.spawn(exit_when_done, args=(fn, world_size, port, *args), nprocs=world_size, join=True)
 
 
 _PORTS = itertools.count()
