@@ -253,7 +253,9 @@ _clients_lock = threading.Lock()
 
 
 def proxy_client(address: ProxyAddress) -> BaseStorage:
-    """One ``GrpcStorageProxy`` per process and address (it keeps a trial cache)."""
+    """One ``GrpcStorageProxy`` per process and address (it keeps a trial cache), which
+    answers what the coordinator told it of a study (see :func:`study_known`) without a
+    round trip."""
     key = (address.host, address.port)
     with _clients_lock:
         client = _clients.get(key)
@@ -261,11 +263,52 @@ def proxy_client(address: ProxyAddress) -> BaseStorage:
             import warnings
 
             from optuna.exceptions import ExperimentalWarning
-            from optuna.storages import GrpcStorageProxy
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)
-                client = GrpcStorageProxy(host=address.host, port=address.port)
+                client = _proxy_class()(host=address.host, port=address.port)
             client.wait_server_ready(timeout=30)
             _clients[key] = client
         return client
+
+
+def study_known(storage: BaseStorage, name: str, study_id: int, directions: list[Any]) -> None:
+    """Tell a worker's proxy client a study's id and directions, as the coordinator sent
+    them with a trial: building an ``optuna.Study`` then asks the storage for neither.
+
+    Both are fixed for a study's life, but a study deleted and created again under its name
+    gets a new id, so they are told with every trial rather than remembered from the first
+    answer. Two round trips of a trial's ten through the coordinator, each of which waits
+    for the coordinator's busy process (about 3 ms a trial each, measured on 2 cores)."""
+    known = getattr(storage, "known_studies", None)
+    if known is not None:
+        known[name] = (study_id, list(directions))
+
+
+_proxy: type | None = None
+
+
+def _proxy_class() -> type:
+    """``GrpcStorageProxy`` that answers ``get_study_id_from_name`` and
+    ``get_study_directions`` from what it was told (:func:`study_known`), else asks."""
+    global _proxy
+    if _proxy is None:
+        from optuna.storages import GrpcStorageProxy
+
+        class _WorkerProxy(GrpcStorageProxy):  # type: ignore[misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.known_studies: dict[str, tuple[int, list[Any]]] = {}
+
+            def get_study_id_from_name(self, study_name: str) -> int:
+                known = self.known_studies.get(study_name)
+                return known[0] if known else super().get_study_id_from_name(study_name)
+
+            def get_study_directions(self, study_id: int) -> list[Any]:
+                for known_id, directions in self.known_studies.values():
+                    if known_id == study_id:
+                        return list(directions)
+                return super().get_study_directions(study_id)
+
+        _proxy = _WorkerProxy
+    return _proxy

@@ -43,6 +43,10 @@ class TrialTask:
     storage_url: str | None = None
     #: The epoch (step) to pause at, with the checkpoint written (``search.scheduler``).
     stop_at: int | None = None
+    #: The study's id and directions in its storage, as the coordinator knows them: a
+    #: worker builds its ``optuna.Study`` for the trial without asking the storage for them.
+    study_id: int | None = None
+    directions: list[Any] | None = None
 
 
 @dataclass

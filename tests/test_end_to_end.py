@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import optuna
@@ -149,6 +150,38 @@ def test_a_workers_later_trials_sample_from_the_whole_history(run_dir, dask_clie
     for t in trials:
         # Trials 0..number were asked (the trial itself is RUNNING) before it sampled.
         assert t.user_attrs["sampler_saw"] >= t.number + 1, (t.number, t.user_attrs)
+
+
+def test_short_trials_wait_on_their_workers_and_no_set_runs_two(run_dir, dask_client):
+    """Trials of milliseconds are queued on the workers (one running and one waiting on each
+    set), the budget stays exact, and each worker still runs one trial at a time."""
+    spec = user_spec("queued", "hpsearch.testing.objectives:trivial", n_trials=40)
+    Study(spec, run_dir=run_dir, client=dask_client).run()
+    trials = _plain_study(run_dir, "queued").trials
+    assert len(trials) == 40 and all(t.state == TrialState.COMPLETE for t in trials)
+    # In flight in the study (asked, not yet told): more than the 2 sets once trials are
+    # known to be short (2 running + 2 waiting + 1 asked ahead).
+    events = sorted(
+        [(t.datetime_start, 1) for t in trials] + [(t.datetime_complete, -1) for t in trials]
+    )
+    in_flight = most = 0
+    for _, change in events:
+        in_flight += change
+        most = max(most, in_flight)
+    assert most >= 4, most
+    # Where they ran: each trial's run spans its time on the worker; none overlap on a worker.
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "queued")
+    by_worker: dict[str, list[tuple[int, int]]] = {}
+    for r in runs:
+        if "hpsearch.trial_number" in r.data.tags:
+            assert r.info.status == "FINISHED"
+            by_worker.setdefault(r.data.tags["hpsearch.worker"], []).append(
+                (r.info.start_time, r.info.end_time)
+            )
+    assert sum(len(v) for v in by_worker.values()) == 40 and len(by_worker) == 2
+    for spans in by_worker.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_resume_continues_to_the_budget_without_duplicates(run_dir, dask_client):

@@ -170,3 +170,36 @@ def test_the_proxy_server_is_built_on_a_checked_optuna():
         client = proxy_client(proxy.address)
         study_id = client.create_new_study([optuna.study.StudyDirection.MINIMIZE], "pinned")
         assert storage.get_study_id_from_name("pinned") == study_id
+
+
+def test_a_worker_builds_its_study_from_what_the_coordinator_told_it():
+    """A study's id and directions, sent with each trial, are answered by the worker's proxy
+    client without a round trip; a name it was not told is asked for as before."""
+    from hpsearch._optuna import study_id_of
+    from hpsearch.storage import proxy_client, study_known
+
+    storage = optuna.storages.InMemoryStorage()
+    minimize = [optuna.study.StudyDirection.MINIMIZE]
+    told = storage.create_new_study(minimize, "told")
+    other = storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "other")
+    with StorageProxy(storage) as proxy:
+        client = proxy_client(proxy.address)
+        asked = []
+        original = storage.get_study_id_from_name
+
+        def counted(name):
+            asked.append(name)
+            return original(name)
+
+        storage.get_study_id_from_name = counted  # type: ignore[method-assign]
+        study_known(client, "told", told, minimize)
+        study = optuna.Study("told", client)
+        assert study_id_of(study) == told and study.directions == minimize
+        assert optuna.Study("other", client).direction == optuna.study.StudyDirection.MAXIMIZE
+        assert asked == ["other"], "only the study it was not told of is asked for"
+        # A study created again under its name has a new id: what a trial tells wins.
+        storage.delete_study(told)
+        again = storage.create_new_study(minimize, "told")
+        study_known(client, "told", again, minimize)
+        assert study_id_of(optuna.Study("told", client)) == again != told
+    assert other != told

@@ -32,7 +32,7 @@ from hpsearch._optuna import cached_trial
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
-from hpsearch.storage import open_storage, proxy_client
+from hpsearch.storage import open_storage, proxy_client, study_known
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._continuation import continue_parent, lineage_tags
 from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
@@ -72,6 +72,8 @@ def _worker_study(task: TrialTask) -> optuna.Study:
             )
             _studies[key] = parts
     storage, sampler, pruner = parts
+    if task.study_id is not None and task.directions is not None:
+        study_known(storage, task.study_name, task.study_id, task.directions)
     return optuna.Study(task.study_name, storage, sampler=sampler, pruner=pruner)
 
 
