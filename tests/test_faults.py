@@ -305,3 +305,63 @@ def test_out_of_memory_is_recorded_as_such(run_dir, dask_client):
     (run,) = [r for r in runs if r.data.tags.get("hpsearch.trial_number") == "0"]
     assert run.data.tags["hpsearch.error_type"] == "OutOfMemoryError"
     assert "traceback.txt" in [a.path for a in client.list_artifacts(run.info.run_id)]
+
+
+def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monkeypatch):
+    """Reports reach the study from a background thread; a checkpoint must not get ahead of
+    them, or a kill between the two would resume after an epoch the study never got."""
+    from hpsearch._optuna import storage_of, trial_id_of
+    from hpsearch.spec import StudySpec
+    from hpsearch.testing import cnn_spec
+    from hpsearch.tracking import StudyTracker, TrialRun
+    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.training._objective import builtin_objective
+    from hpsearch.training._tracked_trial import TrackedTrial
+    from hpsearch.trial import TrialContext
+
+    raw = cnn_spec("ckpt-order", n_trials=1, epochs=3)
+    raw["objective"]["checkpoint_interval"] = 0  # every epoch
+    raw["objective"]["dataset"] = {"name": "digits", "limit": 300}
+    spec = StudySpec.from_dict(raw)
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(storage=url, direction="maximize")
+    trial_id = trial_id_of(study.ask())
+    storage = storage_of(study)
+    reader = optuna.storages.RDBStorage(url)  # what a restarted coordinator would read
+
+    slow = storage.set_trial_intermediate_value
+
+    def slow_report(*args, **kwargs):
+        time.sleep(0.3)  # a busy coordinator: the report lands well after the epoch ends
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "set_trial_intermediate_value", slow_report)
+    seen: list[tuple[int, list[int]]] = []
+    save = CheckpointStore.save
+
+    def save_and_look(self, state, **kwargs):
+        seen.append((state["epoch"], sorted(reader.get_trial(trial_id).intermediate_values)))
+        return save(self, state, **kwargs)
+
+    monkeypatch.setattr(CheckpointStore, "save", save_and_look)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    target = StudyTracker(uri, "e", "s", metric="val_accuracy", artifact_root=None).open(
+        storage_url="journal://x", tags={}, spec_yaml="name: s\n"
+    )
+    run = TrialRun(target, 0, tags={}, resume=False)
+    trial = TrackedTrial(study, trial_id, run=run, metric="val_accuracy", pruner_name="none")
+    ctx = TrialContext(
+        spec=spec,
+        trial_number=0,
+        devices=["cpu"],
+        n_threads=1,
+        study_dir=tmp_path,
+        checkpoint_dir=tmp_path / "checkpoints",
+        worker="local",
+        resumed=False,
+        run=run,
+    )
+    builtin_objective(trial, ctx)
+    assert [epoch for epoch, _ in seen] == [1, 2, 3]
+    for epoch, reported in seen:
+        assert epoch in reported, f"epoch {epoch} checkpointed before the study had it"

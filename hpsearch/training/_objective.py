@@ -200,6 +200,7 @@ def _epochs(
         trial.report(value, epoch)
         if ctx.pauses_at(epoch) and epoch < spec.objective.epochs:
             # A scheduler's pause: the checkpoint is on disk before the set is freed.
+            _reports_in_study(trial)
             _save(checkpoints, trainer, {"epoch": epoch, "value": value, "metrics": history})
             raise TrialPaused(epoch)
         if trial.should_prune():
@@ -212,6 +213,7 @@ def _epochs(
         if getattr(trainer, "collective_state", False):  # its state_dict is a collective
             due = bool(_broadcast(due, ctx))
         if due:
+            _reports_in_study(trial)
             _save(
                 checkpoints,
                 trainer,
@@ -238,6 +240,19 @@ def _apply_settings(settings: list[tuple[Any, list[dict[str, Any]]]]) -> None:
     for opt, groups in settings:
         for group, wanted in zip(opt.param_groups, groups, strict=False):
             group.update(wanted)
+
+
+def _reports_in_study(trial: Any) -> None:
+    """Wait until the study holds every report made so far, before a checkpoint is written.
+
+    Reports reach the study from a background thread; a checkpoint of epoch N written while
+    epoch N's report was still on its way would, if the worker or the coordinator were
+    killed right then, resume the trial after epoch N with that report lost for good (the
+    resumed trial never reports an epoch twice). The wait is one round trip per checkpoint.
+    """
+    flush = getattr(trial, "flush_reports", None)
+    if flush is not None:
+        flush()
 
 
 def _save(checkpoints, trainer, state: dict, *, background: bool = False) -> None:  # type: ignore[no-untyped-def]

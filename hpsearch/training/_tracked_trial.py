@@ -248,6 +248,11 @@ class DistributedTrial(optuna.trial.BaseTrial):
         self._user_attrs: dict[str, Any] = dict(start["user_attrs"])
         self._datetime_start: datetime.datetime | None = start["datetime_start"]
 
+    def flush_reports(self) -> None:
+        """Wait until the study holds rank 0's reports (the other ranks write none)."""
+        if self._inner is not None:
+            self._inner.flush_reports()
+
     @staticmethod
     def _bcast(value: Any) -> Any:
         import torch.distributed as dist
