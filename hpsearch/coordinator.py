@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch._placement import RECENT_DURATIONS, Placement
 from hpsearch.metrics import NO_METRICS, NoMetrics
 from hpsearch.pareto import told_values
 from hpsearch.progress import Progress
@@ -50,15 +51,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two reads of the cluster's workers (see Coordinator._refresh_capacity).
-CAPACITY_REFRESH_S = 2.0
 #: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
 SCALE_POLL_S = 0.2
-#: Trial durations kept to tell whether trials are short (see Coordinator._short_trials).
-RECENT_DURATIONS = 10
 
 
-class Coordinator(SchedulerDriver):
+class Coordinator(SchedulerDriver, Placement):
     """Runs a study's remaining trials on a Dask cluster."""
 
     def __init__(
@@ -113,33 +110,6 @@ class Coordinator(SchedulerDriver):
         # cluster.adapt on SLURM: jobs follow the trials that want a set (told on each fill).
         self.scaler = scaler
 
-    def _refresh_capacity(self) -> None:
-        """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
-        SLURM or Kubernetes cluster, a node started late) are used, ones that left are not
-        counted on. With no worker at all, one trial is still submitted, so that an adaptive
-        cluster sees work to scale up for."""
-        from hpsearch.cluster import capacity
-
-        now = time.monotonic()
-        if now - self._capacity_read < CAPACITY_REFRESH_S:
-            return
-        self._capacity_read = now
-        try:
-            cap = capacity(self.client)
-        except Exception as exc:  # the scheduler is busy or restarting: keep what we know
-            log.debug("capacity not refreshed: %s", exc)
-            return
-        if cap.total > 0 and (cap.key == self.capacity.key or self.capacity.key is None):
-            self.capacity = cap
-            self.max_concurrent = self._max_concurrent()
-
-    def _max_concurrent(self) -> int:
-        fits = self.capacity.concurrent_trials(self.size)
-        wanted = self.spec.search.max_concurrent
-        if wanted in (None, "auto"):
-            return max(1, fits)
-        return max(1, min(int(wanted), fits) if fits else int(wanted))
-
     # ---------------------------------------------------------------- state
 
     def _count(self) -> list[optuna.trial.FrozenTrial]:
@@ -171,17 +141,6 @@ class Coordinator(SchedulerDriver):
         if p.best_value is None or (value > p.best_value if maximize else value < p.best_value):
             p.best_value, p.best_number = value, number
 
-    def _short_trials(self) -> bool:
-        """Whether trials are short enough that asking ahead pays.
-
-        Asking the next trial while the sets are busy takes the sampler's time (10-20 ms
-        with TPE) off the critical path, which matters for trials of a second or less. But
-        an asked trial is RUNNING in the study from then on, so for long trials it would
-        misstate their start time by a whole trial, for a gain nobody would notice.
-        """
-        recent = list(self._durations)
-        return bool(recent) and sorted(recent)[len(recent) // 2] < 1.0
-
     def _count_outcome(self, outcome: TrialOutcome) -> None:
         """Update the counts from one ended trial (no storage read on the per-trial path)."""
         p = self.progress
@@ -206,10 +165,6 @@ class Coordinator(SchedulerDriver):
             self.on_progress(self.progress)
 
     # ---------------------------------------------------------------- submit / tell
-
-    def _size(self, params: dict[str, Any]) -> int:
-        """The devices a trial needs: searched, or the study's ``gpus_per_trial``."""
-        return int(params.get("gpus_per_trial", self.size))
 
     def _submit(self, item: _Ready) -> Future:
         task = TrialTask(
@@ -258,48 +213,6 @@ class Coordinator(SchedulerDriver):
             size=self._size(trial.params),
             stop_at=stop,
         )
-
-    def _queued(self) -> int:
-        """Trials that may wait on a worker for its set, beyond one per set: as many as there
-        are sets, while trials are short; else none.
-
-        A trial queued on a worker starts the moment that worker's set is free, instead of
-        after the coordinator has heard of the end and submitted the next: for trials of
-        milliseconds, that turnaround is most of a set's idle time (about 20 % of a trivial
-        trial's cost on 2 cores). Dask holds a queued trial until the resources it asks for
-        are free, so no set ever runs two; a queued trial is RUNNING in the study from its
-        ask, as one asked ahead is. Only with one size of trial, the sets' own concurrency
-        (``search.max_concurrent: auto``), no scheduler (its decisions need the latest
-        results), no job scaling (jobs follow the trials that wait) and no grid (trials
-        asked while the last points run may repeat one).
-        """
-        if (
-            self.capacity.key is None
-            or self.scheduler is not None
-            or self.scaler is not None
-            or self.spec.search.max_concurrent not in (None, "auto")
-            or self.spec.search.sampler.name == "grid"
-            or "gpus_per_trial" in (self.distributions or {})
-            or not self._short_trials()
-        ):
-            return 0
-        return self.max_concurrent
-
-    def _fits(self, item: _Ready) -> bool:
-        """Whether ``item`` fits the devices not in use (and the concurrency limit), counting
-        the trials that may wait on a worker (see :meth:`_queued`)."""
-        queued = self._queued()
-        if len(self.in_flight) >= self.max_concurrent + queued:
-            return False
-        if self.capacity.key is None or not self.in_flight:
-            return True  # with nothing in flight, Dask queues it until a worker fits
-        used = sum(f.size for f in self.in_flight.values())
-        room = self.capacity.total * (2 if queued else 1)
-        return used + item.size <= room and item.size <= self.capacity.largest
-
-    def _running(self) -> int:
-        """Trials running now (not those waiting on a worker for their set)."""
-        return min(len(self.in_flight), self.max_concurrent)
 
     def _set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():

@@ -201,7 +201,10 @@ class SearchSpec(_Spec):
     )
     max_concurrent: _AutoOrInt = Field(
         default="auto",
-        description="Trials in flight at once: 'auto' (one per GPU set) or >= 1. Default auto.",
+        description=(
+            "Trials running at once: 'auto' (one per GPU set; trials under a second also "
+            "queue one more on each set) or >= 1 (exactly that many). Default auto."
+        ),
     )
     max_retries: _Int = Field(
         default=2, ge=0, description="Retries of a trial whose worker was lost (>= 0). Default 2."
