@@ -108,6 +108,9 @@ class TrialContext:
     device_ids: list[str] = field(default_factory=list)
     stop_at: int | None = None
     figures: dict[str, float] = field(default_factory=dict)
+    #: Waits until the study holds the trial's reports so far (set by the trial runner):
+    #: :meth:`save_checkpoint` calls it first, so a checkpoint is never ahead of them.
+    reports_written: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def device(self) -> str:
@@ -159,6 +162,11 @@ class TrialContext:
         """
         if not self.is_main:
             return
+        # Reports reach the study from a background thread: a checkpoint written before
+        # them could, were the trial killed right then, resume it after a step the study
+        # never got (a resumed trial does not report a step twice).
+        if self.reports_written is not None:
+            self.reports_written()
         background = step is not None and not self.pauses_at(step)
         self._store().save(
             {"step": None if step is None else int(step), "state": dict(state)},

@@ -365,3 +365,37 @@ def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monke
     assert [epoch for epoch, _ in seen] == [1, 2, 3]
     for epoch, reported in seen:
         assert epoch in reported, f"epoch {epoch} checkpointed before the study had it"
+
+
+def test_a_user_objectives_checkpoint_waits_for_its_reports(tmp_path, monkeypatch):
+    """The checkpoint API of a user objective (``ctx.save_checkpoint``) waits, like the
+    built-in epochs, until the study holds the trial's reports before it writes."""
+    from hpsearch.spec import StudySpec
+    from hpsearch.testing import user_spec
+    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial import TrialContext
+
+    order: list[str] = []
+    save = CheckpointStore.save
+
+    def save_and_note(self, state, **kwargs):
+        order.append(f"save {state['step']}")
+        return save(self, state, **kwargs)
+
+    monkeypatch.setattr(CheckpointStore, "save", save_and_note)
+    spec = StudySpec.from_dict(user_spec("user-ckpt", "hpsearch.testing.objectives:checkpointed"))
+    ctx = TrialContext(
+        spec=spec,
+        trial_number=0,
+        devices=["cpu"],
+        n_threads=1,
+        study_dir=tmp_path,
+        checkpoint_dir=tmp_path / "checkpoints",
+        worker="local",
+        resumed=False,
+        run=None,
+        reports_written=lambda: order.append("reports in the study"),
+    )
+    ctx.save_checkpoint({"step": 1}, step=1)
+    ctx.save_checkpoint({"step": 2}, step=2)
+    assert order == ["reports in the study", "save 1", "reports in the study", "save 2"]

@@ -288,6 +288,7 @@ def execute(
             device_ids=devices.label(device_ids).split(","),
             stop_at=task.stop_at,
             figures=figures,
+            reports_written=trial.flush_reports,
         )
         objective = _objective(task)
         if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
