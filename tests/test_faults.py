@@ -307,6 +307,23 @@ def test_out_of_memory_is_recorded_as_such(run_dir, dask_client):
     assert "traceback.txt" in [a.path for a in client.list_artifacts(run.info.run_id)]
 
 
+def _local_context(spec, tmp_path, **kwargs):
+    """Trial 0's context on this process's CPU, its files under ``tmp_path``."""
+    from hpsearch.trial import TrialContext
+
+    return TrialContext(
+        spec=spec,
+        trial_number=0,
+        devices=["cpu"],
+        n_threads=1,
+        study_dir=tmp_path,
+        checkpoint_dir=tmp_path / "checkpoints",
+        worker="local",
+        resumed=False,
+        **kwargs,
+    )
+
+
 def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monkeypatch):
     """Reports reach the study from a background thread; a checkpoint must not get ahead of
     them, or a kill between the two would resume after an epoch the study never got."""
@@ -317,7 +334,6 @@ def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monke
     from hpsearch.training._checkpoint import CheckpointStore
     from hpsearch.training._objective import builtin_objective
     from hpsearch.training._tracked_trial import TrackedTrial
-    from hpsearch.trial import TrialContext
 
     raw = cnn_spec("ckpt-order", n_trials=1, epochs=3)
     raw["objective"]["checkpoint_interval"] = 0  # every epoch
@@ -350,18 +366,7 @@ def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monke
     )
     run = TrialRun(target, 0, tags={}, resume=False)
     trial = TrackedTrial(study, trial_id, run=run, metric="val_accuracy", pruner_name="none")
-    ctx = TrialContext(
-        spec=spec,
-        trial_number=0,
-        devices=["cpu"],
-        n_threads=1,
-        study_dir=tmp_path,
-        checkpoint_dir=tmp_path / "checkpoints",
-        worker="local",
-        resumed=False,
-        run=run,
-    )
-    builtin_objective(trial, ctx)
+    builtin_objective(trial, _local_context(spec, tmp_path, run=run))
     assert [epoch for epoch, _ in seen] == [1, 2, 3]
     for epoch, reported in seen:
         assert epoch in reported, f"epoch {epoch} checkpointed before the study had it"
@@ -373,7 +378,6 @@ def test_a_user_objectives_checkpoint_waits_for_its_reports(tmp_path, monkeypatc
     from hpsearch.spec import StudySpec
     from hpsearch.testing import user_spec
     from hpsearch.training._checkpoint import CheckpointStore
-    from hpsearch.trial import TrialContext
 
     order: list[str] = []
     save = CheckpointStore.save
@@ -384,17 +388,8 @@ def test_a_user_objectives_checkpoint_waits_for_its_reports(tmp_path, monkeypatc
 
     monkeypatch.setattr(CheckpointStore, "save", save_and_note)
     spec = StudySpec.from_dict(user_spec("user-ckpt", "hpsearch.testing.objectives:checkpointed"))
-    ctx = TrialContext(
-        spec=spec,
-        trial_number=0,
-        devices=["cpu"],
-        n_threads=1,
-        study_dir=tmp_path,
-        checkpoint_dir=tmp_path / "checkpoints",
-        worker="local",
-        resumed=False,
-        run=None,
-        reports_written=lambda: order.append("reports in the study"),
+    ctx = _local_context(
+        spec, tmp_path, run=None, reports_written=lambda: order.append("reports in the study")
     )
     ctx.save_checkpoint({"step": 1}, step=1)
     ctx.save_checkpoint({"step": 2}, step=2)

@@ -183,13 +183,7 @@ class TrialRun:
                 param_list = param_list[MAX_BATCH["params"] :]
                 tag_list = tag_list[MAX_BATCH["tags"] :]
         except Exception:
-            # Put them back in front of anything newer, and let the writer retry.
-            with self._lock:
-                self._metrics = metrics + self._metrics
-                self._params = {**params, **self._params}
-                self._tags = {**tags, **self._tags}
-                self._inflight = ([], {}, {})
-                self._scheduled = True
+            self._put_back(metrics, params, tags, retry=True)
             raise
         self._inflight = ([], {}, {})
         while True:
@@ -246,26 +240,31 @@ class TrialRun:
             # Whether the transaction committed is not known (the answer may be lost): the
             # writer's retry looks for the run before it creates one.
             self._create_failed = True
-            with self._lock:
-                self._metrics = metrics + self._metrics
-                self._params = {**params, **self._params}
-                self._tags = {**tags, **self._tags}
-                self._inflight = ([], {}, {})
-                self._scheduled = True
+            self._put_back(metrics, params, tags, retry=True)
             raise
         self._inflight = ([], {}, {})
         if run_id is None:  # not MLflow's SQL store: the client writes it
             self._whole = False
-            with self._lock:
-                self._metrics = metrics + self._metrics
-                self._params = {**params, **self._params}
-                self._tags = {**tags, **self._tags}
+            self._put_back(metrics, params, tags, retry=False)
             return False
         self.run_id = run_id
         self._held.update((m.key, m.step) for m in metrics)
         self._closed = True
         live.discard(self)
         return True
+
+    def _put_back(
+        self, metrics: list[Any], params: dict[str, str], tags: dict[str, str], *, retry: bool
+    ) -> None:
+        """Put unwritten records back in front of anything newer; with ``retry``, the
+        writer retries this run's drain (it failed)."""
+        with self._lock:
+            self._metrics = metrics + self._metrics
+            self._params = {**params, **self._params}
+            self._tags = {**tags, **self._tags}
+            if retry:
+                self._inflight = ([], {}, {})
+                self._scheduled = True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
