@@ -69,6 +69,81 @@ def test_brackets_start_at_higher_rungs():
     assert s.next() is None, "bracket 1 holds one trial"
 
 
+def test_a_trial_running_at_a_restart_that_reached_its_rung_can_still_be_promoted():
+    """A trial that was running when its coordinator stopped, and reported its first rung
+    before the new coordinator read the study, runs again to that rung (where it pauses
+    again, training nothing); its value counts in the rung, and it can still be promoted.
+    An ended trial and a paused one keep their places."""
+    from optuna.distributions import FloatDistribution
+
+    study = optuna.create_study()
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    ended = optuna.trial.create_trial(
+        params={"x": 0.9}, distributions=dist, value=1.9, intermediate_values={1: 1.9, 3: 1.9}
+    )
+    study.add_trial(ended)
+    for x, attrs in ((0.5, {PAUSED_AT: 1}), (0.1, {})):
+        trial = study.ask(dist)
+        trial.report(x + 1.0, 1)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+    s = _asha()
+    again = s.restore(study.get_trials(deepcopy=False))
+    assert [(j.number, j.stop_at) for j in again] == [(2, 1)], "trial 2 goes on to rung 0"
+    assert s.brackets[0].values[0] == {0: 1.9, 1: 1.5, 2: 1.1}
+    assert sorted(s.waiting) == [1]
+    s.paused(2, again[0].trial_id, 1, 1.1)  # it pauses at its rung again
+    job = s.next()
+    assert job is not None and (job.number, job.stop_at) == (2, 3), "the best of rung 0 goes on"
+
+
+def test_a_trial_sent_again_to_the_pause_it_reached_trains_nothing(tmp_path):
+    """A coordinator stopped while a trial ran to its pause; the trial got there, and a new
+    coordinator sends it again to the same pause. It pauses there at once (the value is its
+    report), instead of training past the rung; promoted, it goes on from its checkpoint."""
+    from hpsearch._optuna import trial_id_of
+    from hpsearch.storage import JOURNAL_PREFIX, ProxyAddress, open_storage
+    from hpsearch.tracking import StudyTracker
+    from hpsearch.training._runner import run_trial
+    from hpsearch.trial import TrialTask
+
+    spec = StudySpec.from_dict(_asha_spec("sent-again"))
+    url = f"{JOURNAL_PREFIX}{tmp_path / 'optuna.journal'}"
+    study = optuna.create_study(study_name="sent-again", storage=open_storage(url))
+    trial = study.ask()
+    target = StudyTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", "e", "sent-again", metric="value", artifact_root=None
+    ).open(storage_url=url, tags={}, spec_yaml="name: sent-again\n")
+    study_dir = tmp_path / "sent-again"
+    study_dir.mkdir()
+
+    def send(resume, stop_at):
+        return run_trial(
+            TrialTask(
+                "sent-again",
+                trial_id_of(trial),
+                trial.number,
+                spec,
+                ProxyAddress("127.0.0.1", 1),
+                target,
+                str(study_dir),
+                [],
+                resume=resume,
+                storage_url=url,
+                stop_at=stop_at,
+            )
+        )
+
+    first = send(False, 1)
+    assert (first.state, first.last_step) == ("PAUSED", 1)
+    again = send(True, 1)
+    assert (again.state, again.last_step, again.value) == ("PAUSED", 1, first.value)
+    assert _steps(tmp_path, "sent-again", trial.number) == ["1"], "nothing trained again"
+    promoted = send(True, 3)
+    assert (promoted.state, promoted.last_step) == ("PAUSED", 3)
+    assert _steps(tmp_path, "sent-again", trial.number) == ["1", "2", "3"]
+
+
 def test_a_scheduler_with_a_pruner_is_one_line():
     spec = user_spec("x", "hpsearch.testing.objectives:rung_checkpointed", scheduler="asha")
     with pytest.raises(SpecError) as err:

@@ -180,8 +180,12 @@ class AshaScheduler:
         again: list[Job] = []
         for t in trials:
             bracket = self._bracket(t.number)
-            target = t.user_attrs.get(TARGET)
-            paused_at = t.user_attrs.get(PAUSED_AT) if t.state == TrialState.RUNNING else None
+            running = t.state == TrialState.RUNNING
+            paused_at = t.user_attrs.get(PAUSED_AT) if running else None
+            # A trial that was running goes on to its target: the first rung, or the one it
+            # was promoted to. It may have reported there already (its coordinator stopped
+            # before it heard of the pause): it pauses there again, to be promoted or not.
+            stop = self._target(t) if running and paused_at is None else None
             for rung, epoch in enumerate(bracket.rungs):
                 value = self._at(t, epoch)
                 if value is None:
@@ -189,12 +193,16 @@ class AshaScheduler:
                 bracket.values[rung][t.number] = value
                 if paused_at == epoch:
                     self.waiting[t.number] = (trial_id_of(t), rung)
-                else:  # it went on from this rung, or ended: it cannot be promoted from it
+                elif stop is None or epoch < stop:
+                    # It went on from this rung, or ended: it cannot be promoted from it.
                     bracket.promoted[rung].add(t.number)
-            if t.state == TrialState.RUNNING and t.number not in self.waiting:
-                if target is None:
-                    stop = self.stop_at(t.number)
-                else:
-                    stop = int(target) if int(target) < self.max_epochs else None
+            if running and t.number not in self.waiting:
                 again.append(Job(t.number, trial_id_of(t), stop))
         return again
+
+    def _target(self, trial: FrozenTrial) -> int | None:
+        """Where a trial that was running pauses next (None: it runs to the last epoch)."""
+        target = trial.user_attrs.get(TARGET)
+        if target is None:
+            return self.stop_at(trial.number)
+        return int(target) if int(target) < self.max_epochs else None

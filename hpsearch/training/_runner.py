@@ -35,7 +35,12 @@ from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import open_storage, proxy_client, study_known
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._continuation import continue_parent, lineage_tags
-from hpsearch.training._tracked_trial import DistributedTrial, TrackedTrial, TrialPaused
+from hpsearch.training._tracked_trial import (
+    DistributedTrial,
+    TrackedTrial,
+    TrialPaused,
+    step_reported,
+)
 from hpsearch.trial import TrialContext, TrialOutcome, TrialTask
 
 if TYPE_CHECKING:
@@ -123,9 +128,10 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         if missing is not None:
             return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
-        if size == 1 and task.spec.objective.trial_timeout is None:
+        if (size == 1 and task.spec.objective.trial_timeout is None) or _pause_reached(task):
             # In the worker's own process: no start-up at all. A trial with a time limit
-            # runs in a rank process instead, which can be killed when the limit passes.
+            # runs in a rank process instead, which can be killed when the limit passes; one
+            # that already reached its pause trains nothing, so it needs no ranks.
             return execute(
                 task,
                 devices=devices,
@@ -134,6 +140,21 @@ def run_trial(task: TrialTask) -> TrialOutcome:
                 n_threads=threads,
             )
         return _run_ranks(task, devices, ids, threads)
+
+
+def _pause_reached(task: TrialTask) -> bool:
+    """Whether an earlier attempt of this resumed trial already reported the step it is to
+    pause at (its coordinator stopped before it heard of the pause, and a new one sent it
+    again): it pauses there again and trains nothing, rather than train past its rung."""
+    if not task.resume or task.stop_at is None:
+        return False
+    from hpsearch._optuna import storage_of
+
+    try:
+        frozen = storage_of(_worker_study(task)).get_trial(task.trial_id)
+    except Exception:  # the study is unreachable: the trial's own run records why
+        return False
+    return step_reported(frozen, task.stop_at, several=len(task.spec.metrics) > 1)
 
 
 def _run_ranks(
@@ -269,6 +290,9 @@ def execute(
             metrics=spec.metrics,
             stop_at=task.stop_at,
         )
+        if world_size == 1 and tracked.pause_reached():
+            # Trained up to its pause already (run_trial checks a trial of several ranks).
+            raise TrialPaused(int(task.stop_at or 0))
         trial: Any = (
             tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
         )

@@ -20,6 +20,7 @@ from hpsearch.pruning import explain_prune
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution, CategoricalChoiceType
     from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
 
     from hpsearch.tracking import TrialRun
 
@@ -31,6 +32,16 @@ class TrialPaused(optuna.TrialPruned):
     def __init__(self, step: int) -> None:
         super().__init__(f"paused after step {step}")
         self.step = step
+
+
+def step_reported(trial: FrozenTrial, step: int, *, several: bool) -> bool:
+    """Whether ``trial`` holds a report of ``step`` (``several``: a report of several
+    objectives' values, a user attribute; see :mod:`hpsearch.pareto`)."""
+    if several:
+        from hpsearch.pareto import VALUES_ATTR
+
+        return f"{VALUES_ATTR}{int(step)}" in trial.user_attrs
+    return int(step) in trial.intermediate_values
 
 
 class TrackedTrial(optuna.Trial):
@@ -83,11 +94,12 @@ class TrackedTrial(optuna.Trial):
 
     def already_reported(self, step: int) -> bool:
         """Whether ``step`` was reported (by this attempt or an earlier one)."""
-        if self._metrics is not None:
-            from hpsearch.pareto import VALUES_ATTR
+        return step_reported(cached_trial(self), step, several=self._metrics is not None)
 
-            return f"{VALUES_ATTR}{int(step)}" in cached_trial(self).user_attrs
-        return int(step) in cached_trial(self).intermediate_values
+    def pause_reached(self) -> bool:
+        """Whether an earlier attempt already reported the step this one is to pause at: it
+        reached the pause, but the coordinator that sent it stopped before it heard."""
+        return self.stop_at is not None and self.already_reported(self.stop_at)
 
     def report(self, value: float, step: int) -> None:
         """Report as :meth:`optuna.Trial.report` does, and log the value to MLflow.
