@@ -9,6 +9,7 @@ proxy's servicer, pinned by a test of its own).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -56,6 +57,19 @@ def cached_trial(trial: optuna.Trial) -> FrozenTrial:
     """
     frozen: FrozenTrial = trial._cached_frozen_trial
     return frozen
+
+
+def give_relative_sample(trial: optuna.Trial, relative: Mapping[str, tuple[Any, Any]]) -> None:
+    """Hand ``trial`` the relative (joint) sample its study's sampler drew in another
+    process: ``name -> (distribution, value)``.
+
+    Optuna draws a trial's relative sample lazily, at the first suggest, and caches it in
+    the trial; ``Trial.relative_search_space`` is public, the cached sample behind the
+    ``relative_params`` property is not. A suggest of one of these parameters then takes
+    the given value, checked against its distribution as Optuna checks a sample of its own.
+    """
+    trial.relative_search_space = {name: dist for name, (dist, _) in relative.items()}
+    trial._relative_params = {name: value for name, (_, value) in relative.items()}
 
 
 def reduction_factor(pruner: Any) -> int:

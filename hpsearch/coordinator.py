@@ -183,6 +183,7 @@ class Coordinator(SchedulerDriver, Placement):
             stop_at=item.stop_at,
             study_id=self._study_id,
             directions=list(self.study.directions),
+            relative=item.relative,
         )
         if self.scheduler is not None:
             self._set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
@@ -212,7 +213,28 @@ class Coordinator(SchedulerDriver, Placement):
             resume=False,
             size=self._size(trial.params),
             stop_at=stop,
+            # Optuna's cached RDB storage writes a parameter only for a trial it has read
+            # in the study's trials (KeyError otherwise), which a worker's own sampler does
+            # first: a worker on the database itself draws its sample itself.
+            relative=self._relative(trial) if self.storage_url is None else None,
         )
+
+    @staticmethod
+    def _relative(trial: optuna.Trial) -> dict[str, tuple[Any, Any]] | None:
+        """What the sampler draws for ``trial`` jointly, beyond the parameters asked for.
+
+        Optuna draws a trial's relative (joint) sample at its first suggest, in the process
+        that holds the trial. Drawn here, once, by the study's one sampler: a worker would
+        otherwise read the whole history through the proxy to draw it again, with a sampler
+        of its own. (Asked with the declared space, the sample is drawn already.)"""
+        drawn = trial.relative_params
+        space = trial.relative_search_space or {}
+        out = {
+            name: (space[name], value)
+            for name, value in drawn.items()
+            if name in space and name not in trial.params
+        }
+        return out or None
 
     def _set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():

@@ -47,6 +47,10 @@ class TrialTask:
     #: worker builds its ``optuna.Study`` for the trial without asking the storage for them.
     study_id: int | None = None
     directions: list[Any] | None = None
+    #: What the coordinator's sampler drew for the trial jointly (Optuna's relative search
+    #: space) beyond the parameters it asked for: name -> (distribution, value). The
+    #: objective's suggest of one of them takes it; a worker samples only the rest.
+    relative: dict[str, tuple[Any, Any]] | None = None
 
 
 @dataclass

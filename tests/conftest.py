@@ -118,6 +118,50 @@ def spawn_ranks(fn: Any, *args: Any, world_size: int = 2) -> None:
 _PORTS = itertools.count()
 
 
+def local_trials(tmp_path, spec, *, sampler=None):
+    """A study on a journal file under ``tmp_path`` and a way to run its trials in this
+    process as a worker would (``run_trial``, the study opened directly, MLflow in SQLite):
+    returns the study and ``send(trial, **task_fields) -> TrialOutcome``."""
+    import optuna
+
+    from hpsearch._optuna import trial_id_of
+    from hpsearch.storage import JOURNAL_PREFIX, ProxyAddress, open_storage
+    from hpsearch.tracking import StudyTracker
+    from hpsearch.training._runner import run_trial
+    from hpsearch.trial import TrialTask
+
+    url = f"{JOURNAL_PREFIX}{tmp_path / 'optuna.journal'}"
+    study = optuna.create_study(
+        study_name=spec.name,
+        storage=open_storage(url),
+        sampler=sampler,
+        direction=spec.direction.value,
+    )
+    target = StudyTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", "e", spec.name, metric="value", artifact_root=None
+    ).open(storage_url=url, tags={}, spec_yaml=f"name: {spec.name}\n")
+    study_dir = tmp_path / spec.name
+    study_dir.mkdir(exist_ok=True)
+
+    def send(trial, **fields):
+        return run_trial(
+            TrialTask(
+                spec.name,
+                trial_id_of(trial),
+                trial.number,
+                spec,
+                ProxyAddress("127.0.0.1", 1),  # unused: the worker opens the study itself
+                target,
+                str(study_dir),
+                [],
+                storage_url=url,
+                **fields,
+            )
+        )
+
+    return study, send
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on, for a server a test starts.
 

@@ -62,3 +62,35 @@ def test_pruner_settings() -> None:
         }
         assert members == ours
     assert _optuna.percentile(optuna.pruners.PercentilePruner(10.0)) == 10.0
+
+
+def test_a_relative_sample_given_to_a_trial_is_what_its_suggests_take(tmp_path) -> None:
+    """A relative sample drawn by one process's sampler, given to the same trial opened in
+    another study object: its suggests take the given values, its sampler draws nothing."""
+    from optuna.distributions import FloatDistribution
+    from optuna.storages.journal import JournalFileBackend
+
+    def storage():  # one per process, on one file
+        return optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "o.journal")))
+
+    sampler = optuna.samplers.TPESampler(seed=0, multivariate=True, n_startup_trials=2)
+    study = optuna.create_study(study_name="s", storage=storage(), sampler=sampler)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), 4)
+    asked = study.ask()
+    drawn = asked.relative_params  # the coordinator's draw: the joint space of x and y
+    assert set(drawn) == {"x", "y"} and set(asked.relative_search_space or {}) == {"x", "y"}
+
+    class Refuses(optuna.samplers.RandomSampler):
+        def sample_relative(self, *args, **kwargs):
+            raise AssertionError("the worker's sampler drew a relative sample")
+
+        def sample_independent(self, *args, **kwargs):
+            raise AssertionError("the worker's sampler drew a parameter")
+
+    worker = optuna.load_study(study_name="s", storage=storage(), sampler=Refuses())
+    trial = optuna.Trial(worker, _optuna.trial_id_of(asked))
+    dist = FloatDistribution(0, 1)
+    _optuna.give_relative_sample(trial, {"x": (dist, drawn["x"]), "y": (dist, drawn["y"])})
+    assert trial.suggest_float("x", 0, 1) == drawn["x"]
+    assert trial.suggest_float("y", 0, 1) == drawn["y"]
+    assert study.trials[asked.number].params == drawn

@@ -290,3 +290,27 @@ def test_percentile_pruner_is_explained_by_its_percentile() -> None:
     assert pruned
     # Maximising, the 25 % pruner keeps what is above the 75th percentile.
     assert all("is worse than the 75th percentile" in text for text in pruned)
+
+
+def test_the_coordinators_joint_sample_is_what_the_workers_trial_takes(tmp_path) -> None:
+    """No declared space: the coordinator draws the joint (relative) sample of the
+    parameters the finished trials share when it asks, and the worker's trial takes it, its
+    own sampler drawing nothing. A declared parameter is asked for, so it is not in it."""
+    from hpsearch.coordinator import Coordinator
+    from hpsearch.testing import user_spec
+    from tests.conftest import local_trials
+
+    raw = user_spec("joint", "hpsearch.testing.objectives:trivial", n_trials=10)
+    sampler = optuna.samplers.TPESampler(seed=1, multivariate=True, n_startup_trials=3)
+    study, send = local_trials(tmp_path, StudySpec.from_dict(raw), sampler=sampler)
+    study.optimize(lambda t: t.suggest_float("x", -10, 10) + t.suggest_float("y", -10, 10), 4)
+    asked = study.ask()
+    relative = Coordinator._relative(asked)
+    assert relative is not None and sorted(relative) == ["x", "y"]
+    drawn = {name: value for name, (_, value) in relative.items()}
+    outcome = send(asked, relative=relative)
+    assert outcome.state == "COMPLETE"
+    assert study.trials[asked.number].params == drawn, "the worker suggested the drawn values"
+
+    declared = study.ask({"x": optuna.distributions.FloatDistribution(-10, 10)})
+    assert sorted(Coordinator._relative(declared) or {}) == ["y"]

@@ -14,7 +14,7 @@ from hpsearch.exceptions import SpecError
 from hpsearch.schedulers import PAUSED_AT, AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
-from tests.conftest import mlflow_runs
+from tests.conftest import local_trials, mlflow_runs
 
 
 def _asha(**kw):
@@ -101,45 +101,14 @@ def test_a_trial_sent_again_to_the_pause_it_reached_trains_nothing(tmp_path):
     """A coordinator stopped while a trial ran to its pause; the trial got there, and a new
     coordinator sends it again to the same pause. It pauses there at once (the value is its
     report), instead of training past the rung; promoted, it goes on from its checkpoint."""
-    from hpsearch._optuna import trial_id_of
-    from hpsearch.storage import JOURNAL_PREFIX, ProxyAddress, open_storage
-    from hpsearch.tracking import StudyTracker
-    from hpsearch.training._runner import run_trial
-    from hpsearch.trial import TrialTask
-
-    spec = StudySpec.from_dict(_asha_spec("sent-again"))
-    url = f"{JOURNAL_PREFIX}{tmp_path / 'optuna.journal'}"
-    study = optuna.create_study(study_name="sent-again", storage=open_storage(url))
+    study, send = local_trials(tmp_path, StudySpec.from_dict(_asha_spec("sent-again")))
     trial = study.ask()
-    target = StudyTracker(
-        f"sqlite:///{tmp_path / 'mlflow.db'}", "e", "sent-again", metric="value", artifact_root=None
-    ).open(storage_url=url, tags={}, spec_yaml="name: sent-again\n")
-    study_dir = tmp_path / "sent-again"
-    study_dir.mkdir()
-
-    def send(resume, stop_at):
-        return run_trial(
-            TrialTask(
-                "sent-again",
-                trial_id_of(trial),
-                trial.number,
-                spec,
-                ProxyAddress("127.0.0.1", 1),
-                target,
-                str(study_dir),
-                [],
-                resume=resume,
-                storage_url=url,
-                stop_at=stop_at,
-            )
-        )
-
-    first = send(False, 1)
+    first = send(trial, stop_at=1)
     assert (first.state, first.last_step) == ("PAUSED", 1)
-    again = send(True, 1)
+    again = send(trial, resume=True, stop_at=1)
     assert (again.state, again.last_step, again.value) == ("PAUSED", 1, first.value)
     assert _steps(tmp_path, "sent-again", trial.number) == ["1"], "nothing trained again"
-    promoted = send(True, 3)
+    promoted = send(trial, resume=True, stop_at=3)
     assert (promoted.state, promoted.last_step) == ("PAUSED", 3)
     assert _steps(tmp_path, "sent-again", trial.number) == ["1", "2", "3"]
 

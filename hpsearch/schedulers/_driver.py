@@ -29,6 +29,7 @@ class _Ready:
     size: int
     stop_at: int | None = None  # a scheduler's pause (search.scheduler)
     scheduled: bool = False  # a paused trial a scheduler starts again
+    relative: dict[str, tuple[Any, Any]] | None = None  # see TrialTask.relative
 
 
 @dataclass

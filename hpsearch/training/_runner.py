@@ -71,7 +71,8 @@ def _worker_study(task: TrialTask) -> optuna.Study:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             parts = (
                 open_storage(task.storage_url) if task.storage_url else proxy_client(task.proxy),
-                # Only objectives that suggest beyond the declared space sample here.
+                # Only what an objective suggests beyond the coordinator's joint sample
+                # (TrialTask.relative) is sampled here.
                 build_sampler(task.spec, seed_offset=os.getpid()),
                 build_pruner(task.spec),
             )
@@ -289,6 +290,7 @@ def execute(
             pruner_name=spec.search.pruner.name,
             metrics=spec.metrics,
             stop_at=task.stop_at,
+            relative=task.relative,
         )
         if world_size == 1 and tracked.pause_reached():
             # Trained up to its pause already (run_trial checks a trial of several ranks).

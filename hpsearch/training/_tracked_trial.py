@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 
-from hpsearch._optuna import cached_trial
+from hpsearch._optuna import cached_trial, give_relative_sample
 from hpsearch.exceptions import TrialDiverged
 from hpsearch.pruning import explain_prune
 
@@ -64,8 +64,11 @@ class TrackedTrial(optuna.Trial):
         pruner_name: str,
         metrics: Sequence[str] | None = None,
         stop_at: int | None = None,
+        relative: Mapping[str, tuple[Any, Any]] | None = None,
     ) -> None:
         super().__init__(study, trial_id)
+        if relative:  # drawn by the coordinator (TrialTask.relative)
+            give_relative_sample(self, relative)
         self.stop_at = stop_at  # a scheduler's pause: should_prune says True from this step
         self._reports = _QueuedReports(self.storage)
         self.storage = cast("BaseStorage", self._reports)
@@ -188,12 +191,15 @@ class TrackedTrial(optuna.Trial):
 
 
 class _QueuedReports:
-    """A trial's storage, with its intermediate-value writes sent by a background thread.
+    """A trial's storage, with its intermediate-value and parameter writes sent by a
+    background thread.
 
     ``optuna.Trial.report`` writes each value to the storage before it returns: a round
-    trip to the gRPC proxy (or the database) every epoch, on the training loop's time. This
-    view of the storage queues those writes, in order, on one thread per process and
-    passes every other call straight through; :meth:`flush` waits for the queue.
+    trip to the gRPC proxy (or the database) every epoch, on the training loop's time; a
+    suggest of a parameter the trial does not hold yet writes it the same way (the trial
+    holds the value at once either way). This view of the storage queues those writes, in
+    order, on one thread per process and passes every other call straight through;
+    :meth:`flush` waits for the queue (before the trial ends, and before a checkpoint).
     """
 
     def __init__(self, storage: BaseStorage) -> None:
@@ -204,6 +210,19 @@ class _QueuedReports:
         self._pending.append(
             _report_writer().submit(
                 self._storage.set_trial_intermediate_value, trial_id, step, value
+            )
+        )
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any
+    ) -> None:
+        self._pending.append(
+            _report_writer().submit(
+                self._storage.set_trial_param,
+                trial_id,
+                param_name,
+                param_value_internal,
+                distribution,
             )
         )
 
