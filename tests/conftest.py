@@ -121,7 +121,7 @@ _PORTS = itertools.count()
 def local_trials(tmp_path, spec, *, sampler=None):
     """A study on a journal file under ``tmp_path`` and a way to run its trials in this
     process as a worker would (``run_trial``, the study opened directly, MLflow in SQLite):
-    returns the study and ``send(trial, **task_fields) -> TrialOutcome``."""
+    returns the study and ``send(trial, proxy=None, **task_fields) -> TrialOutcome``."""
     import optuna
 
     from hpsearch._optuna import trial_id_of
@@ -143,18 +143,19 @@ def local_trials(tmp_path, spec, *, sampler=None):
     study_dir = tmp_path / spec.name
     study_dir.mkdir(exist_ok=True)
 
-    def send(trial, **fields):
+    def send(trial, proxy=None, **fields):
+        """Run ``trial``; with ``proxy`` (an address), through the gRPC proxy at it."""
         return run_trial(
             TrialTask(
                 spec.name,
                 trial_id_of(trial),
                 trial.number,
                 spec,
-                ProxyAddress("127.0.0.1", 1),  # unused: the worker opens the study itself
+                proxy or ProxyAddress("127.0.0.1", 1),  # unused without one
                 target,
                 str(study_dir),
                 [],
-                storage_url=url,
+                storage_url=None if proxy else url,
                 **fields,
             )
         )

@@ -314,3 +314,31 @@ def test_the_coordinators_joint_sample_is_what_the_workers_trial_takes(tmp_path)
 
     declared = study.ask({"x": optuna.distributions.FloatDistribution(-10, 10)})
     assert sorted(Coordinator._relative(declared) or {}) == ["y"]
+
+
+@pytest.mark.parametrize("via", ["proxy", "direct"])
+def test_a_parameter_the_study_refuses_fails_the_objective_at_its_suggest(tmp_path, via) -> None:
+    """A parameter the worker samples itself is written before its suggest returns: one the
+    study refuses (``x`` is a float in the study, suggested as an int) fails the objective
+    there, naming the parameter and the study's reason, before it goes on to train."""
+    from hpsearch._optuna import storage_of
+    from hpsearch.storage import StorageProxy
+    from hpsearch.testing import user_spec
+    from tests.conftest import local_trials
+
+    raw = user_spec("refused", "hpsearch.testing.objectives:trivial", n_trials=2)
+    study, send = local_trials(tmp_path, StudySpec.from_dict(raw))
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), 1)
+    went_on: list[int] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.suggest_int("x", 0, 3)
+        went_on.append(trial.number)
+        return 0.0
+
+    with StorageProxy(storage_of(study)) as proxy:
+        address = proxy.address if via == "proxy" else None
+        outcome = send(study.ask(), proxy=address, objective=objective)
+    assert outcome.state == "FAIL" and not went_on
+    assert outcome.error_type == "ValueError"
+    assert (outcome.reason or "").startswith("ValueError: parameter 'x': Cannot set different")

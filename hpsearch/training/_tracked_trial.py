@@ -71,6 +71,7 @@ class TrackedTrial(optuna.Trial):
             give_relative_sample(self, relative)
         self.stop_at = stop_at  # a scheduler's pause: should_prune says True from this step
         self._reports = _QueuedReports(self.storage)
+        self._reports.background_params.update(relative or ())
         self.storage = cast("BaseStorage", self._reports)
         self._run = run
         self._metric = metric
@@ -191,38 +192,42 @@ class TrackedTrial(optuna.Trial):
 
 
 class _QueuedReports:
-    """A trial's storage, with its intermediate-value and parameter writes sent by a
-    background thread.
+    """A trial's storage, with its intermediate-value writes sent by a background thread.
 
     ``optuna.Trial.report`` writes each value to the storage before it returns: a round
-    trip to the gRPC proxy (or the database) every epoch, on the training loop's time; a
-    suggest of a parameter the trial does not hold yet writes it the same way (the trial
-    holds the value at once either way). This view of the storage queues those writes, in
-    order, on one thread per process and passes every other call straight through;
-    :meth:`flush` waits for the queue (before the trial ends, and before a checkpoint).
+    trip to the gRPC proxy (or the database) every epoch, on the training loop's time. This
+    view of the storage queues those writes, in order, on one thread per process and
+    passes every other call straight through; :meth:`flush` waits for the queue.
+
+    A suggest's parameter write is queued too when the value is the coordinator's joint
+    sample (:attr:`background_params`): Optuna checked its distribution against the
+    finished trials' as the suggest took it. Any other parameter is written before the
+    suggest returns, so a parameter the study refuses (another kind of distribution under
+    the same name) fails the objective at that suggest, not after it trained.
     """
 
     def __init__(self, storage: BaseStorage) -> None:
         self._storage = storage
         self._pending: list[Future[None]] = []
+        self.background_params: set[str] = set()
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any
+    ) -> None:
+        write = self._storage.set_trial_param
+        args = (trial_id, param_name, param_value_internal, distribution)
+        if param_name not in self.background_params:
+            try:
+                write(*args)
+            except ValueError as exc:  # Optuna's refusal does not name the parameter
+                raise ValueError(f"parameter {param_name!r}: {_refusal(exc)}") from exc
+            return
+        self._pending.append(_report_writer().submit(write, *args))
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, value: float) -> None:
         self._pending.append(
             _report_writer().submit(
                 self._storage.set_trial_intermediate_value, trial_id, step, value
-            )
-        )
-
-    def set_trial_param(
-        self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any
-    ) -> None:
-        self._pending.append(
-            _report_writer().submit(
-                self._storage.set_trial_param,
-                trial_id,
-                param_name,
-                param_value_internal,
-                distribution,
             )
         )
 
@@ -238,6 +243,13 @@ class _QueuedReports:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._storage, name)
+
+
+def _refusal(exc: ValueError) -> str:
+    """Why the storage refused a write: its own message, or through the gRPC proxy (whose
+    client raises a bare ValueError) the server's, in the call's details."""
+    details = getattr(exc.__cause__, "details", None)
+    return str(exc) or (str(details()) if callable(details) else "") or "refused by the study"
 
 
 def _report_writer() -> ThreadPoolExecutor:
