@@ -9,12 +9,11 @@ own failure: it returns a :class:`~hpsearch.trial.TrialOutcome` and the coordina
 Optuna.
 
 The functions Dask runs by name on the workers: :func:`run_trial`, :func:`flush_tracking`,
-:func:`spool_tracking`; a rank process runs :func:`run_rank`.
+:func:`spool_tracking`; a rank process runs :func:`~hpsearch.training._rank_main.run_rank`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import os
@@ -29,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hpsearch._optuna import cached_trial
-from hpsearch.cluster._env import ENV_THREADS, WorkerDevices, lease_devices
-from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory, failure_reason
+from hpsearch.cluster._env import WorkerDevices, lease_devices
+from hpsearch.exceptions import TrialDiverged, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import open_storage, proxy_client, study_known
 from hpsearch.tracking import TrialRun, tag
@@ -434,98 +433,6 @@ def _finish(
         from hpsearch.tracking import flush, flush_timeout
 
         flush(min(30.0, flush_timeout()))
-
-
-def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
-    """One rank of a data-parallel trial, in a rank process: join the group, train, leave."""
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    task: TrialTask = payload["task"]
-    rank, world = int(payload["rank"]), int(payload["world_size"])
-    kind = payload["kind"]
-    threads = int(os.environ.get(ENV_THREADS) or 1)
-    torch.set_num_threads(threads)
-    if kind == "cuda":
-        torch.cuda.set_device(0)
-    timeout = timedelta(seconds=300)
-    # The store is served by the worker that runs the trial (it is bound before the ranks
-    # hear of it); every rank, rank 0 included, is its client.
-    store = dist.TCPStore(
-        "127.0.0.1", int(payload["master_port"]), is_master=False, timeout=timeout
-    )
-    dist.init_process_group(
-        "nccl" if kind == "cuda" else "gloo",
-        store=store,
-        rank=rank,
-        world_size=world,
-        timeout=timeout,
-    )
-    try:
-        local = ["cuda:0" if kind == "cuda" else "cpu"]
-        devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
-        if rank == 0:
-            outcome = execute(
-                task,
-                devices=devices,
-                device_ids=list(devices.ids),
-                local=local,
-                n_threads=threads,
-                rank=0,
-                world_size=world,
-                worker=payload.get("worker"),
-            )
-            from hpsearch.tracking import flush, spool
-
-            # This process may be ended with its pool: leave nothing unwritten, or else on disk.
-            if flush(60.0):
-                spool(Path(task.study_dir) / "tracking-backlog")
-            return outcome
-        _follow(
-            task,
-            local=local,
-            n_threads=threads,
-            rank=rank,
-            world_size=world,
-            labels=devices.label(devices.ids).split(","),
-        )
-        return None
-    finally:
-        dist.destroy_process_group()
-
-
-def _follow(
-    task: TrialTask,
-    *,
-    local: list[str],
-    n_threads: int,
-    rank: int,
-    world_size: int,
-    labels: list[str],
-) -> None:
-    ctx = TrialContext(
-        spec=task.spec,
-        trial_number=task.trial_number,
-        devices=local,
-        n_threads=n_threads,
-        study_dir=Path(task.study_dir),
-        checkpoint_dir=Path(task.study_dir) / "checkpoints",
-        worker="",
-        resumed=task.resume,
-        run=None,
-        rank=rank,
-        world_size=world_size,
-        device_ids=labels,
-        stop_at=task.stop_at,
-    )
-    objective = _objective(task)
-    trial = DistributedTrial(None, number=task.trial_number)
-    # Rank 0 records the decision (a memory cap is checked on numbers gathered from every
-    # rank, so rank 0 raises it too).
-    with contextlib.suppress(optuna.TrialPruned, TrialDiverged, TrialOutOfMemory):
-        objective(trial, ctx) if _wants_context(objective) else objective(trial)
 
 
 def flush_tracking(timeout: float | None = None) -> int:
