@@ -226,8 +226,14 @@ class Coordinator(SchedulerDriver, Placement):
         Optuna draws a trial's relative (joint) sample at its first suggest, in the process
         that holds the trial. Drawn here, once, by the study's one sampler: a worker would
         otherwise read the whole history through the proxy to draw it again, with a sampler
-        of its own. (Asked with the declared space, the sample is drawn already.)"""
-        drawn = trial.relative_params
+        of its own. (Asked with the declared space, the sample is drawn already.) A sampler
+        that fails to draw it fails here only this shortcut: the worker draws it, and a
+        failure there fails that trial alone, as it always did."""
+        try:
+            drawn = trial.relative_params
+        except Exception as exc:
+            log.debug("trial %d: the joint sample is left to its worker: %s", trial.number, exc)
+            return None
         space = trial.relative_search_space or {}
         out = {
             name: (space[name], value)

@@ -315,6 +315,13 @@ def test_the_coordinators_joint_sample_is_what_the_workers_trial_takes(tmp_path)
     declared = study.ask({"x": optuna.distributions.FloatDistribution(-10, 10)})
     assert sorted(Coordinator._relative(declared) or {}) == ["y"]
 
+    class Fails(optuna.samplers.RandomSampler):
+        def sample_relative(self, *args, **kwargs):
+            raise RuntimeError("no joint sample today")
+
+    study.sampler = Fails()
+    assert Coordinator._relative(study.ask()) is None, "a failing draw is left to the worker"
+
 
 @pytest.mark.parametrize("via", ["proxy", "direct"])
 def test_a_parameter_the_study_refuses_fails_the_objective_at_its_suggest(tmp_path, via) -> None:
