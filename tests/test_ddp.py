@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import optuna
 import psutil
@@ -255,3 +258,37 @@ def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, data
         )
     else:
         assert trial.value < 40, "perplexity well under the vocabulary size"
+
+
+_WORKER_WITH_A_RANK = """
+import sys, time
+from hpsearch.training._ranks import rank_pool
+proc = rank_pool()._get("cpu", 0, 1)  # a warm rank process, as a data-parallel trial leaves
+print(proc.popen.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_rank_process_dies_with_its_worker():
+    """A warm rank process holds a device: when its worker is killed (no chance to close its
+    pool), the rank goes too, at once (it asks the kernel for a death signal as it starts)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _WORKER_WITH_A_RANK], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        rank = int(worker.stdout.readline())
+    finally:
+        worker.kill()
+        worker.wait()
+
+    def alive() -> bool:  # a zombie no init reaps counts as gone
+        status = Path(f"/proc/{rank}/status")
+        try:
+            return "\nState:\tZ" not in status.read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 60
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(), "the rank process outlived its worker"

@@ -47,8 +47,13 @@ FAILURE_GRACE_S = 3.0
 START_TIMEOUT_S = 120.0
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the parent dies (Linux); no-op elsewhere."""
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (Linux); no-op elsewhere.
+
+    A rank process calls it first thing, not the worker between fork and exec
+    (``preexec_fn``): a ``preexec_fn`` makes Python fork instead of vfork, which runs
+    gRPC's fork handlers in the child, and with the worker's gRPC channel to the study
+    active those can abort the child before it execs (grpc/grpc#43055, grpcio 1.80 on)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -121,7 +126,6 @@ class RankPool:
             env=env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         with self._cond:

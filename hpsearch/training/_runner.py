@@ -9,7 +9,7 @@ own failure: it returns a :class:`~hpsearch.trial.TrialOutcome` and the coordina
 Optuna.
 
 The functions Dask runs by name on the workers: :func:`run_trial`, :func:`flush_tracking`,
-:func:`spool_tracking`; a rank process runs :func:`~hpsearch.training._rank_main.run_rank`.
+:func:`spool_tracking`; a rank process runs :func:`~hpsearch.training._rank_trial.run_rank`.
 """
 
 from __future__ import annotations
