@@ -1,7 +1,8 @@
 """A Dask worker preload: import what trials need before the first trial arrives.
 
 A worker pays ``import mlflow`` (about 2 s here) and optuna's gRPC client once; without this,
-the first trial on every worker pays it, while the study is already running. It also leaves
+the first trial on every worker pays it, while the study is already running. It also sets
+glibc's allocator up for training (:func:`hpsearch.cluster._env.tune_allocator`), leaves
 Ctrl-C to the coordinator, which stops the trials and closes the cluster in order, and it
 ends the worker when its nanny (the coordinator, for the local cluster) is gone. The local
 cluster and ``hpsearch worker`` load it; for plain ``dask worker`` pass
@@ -54,6 +55,10 @@ def dask_setup(worker: Any) -> None:
     import signal
     import threading
     import warnings
+
+    from hpsearch.cluster._env import tune_allocator
+
+    tune_allocator()  # before a trial allocates anything (hpsearch.cluster._env says why)
 
     parent = os.getppid()
     if parent != 1:

@@ -292,3 +292,38 @@ def test_a_rank_process_dies_with_its_worker():
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(), "the rank process outlived its worker"
+
+
+def test_trials_train_in_the_environment_of_a_bare_process(run_dir, two_slot_client):
+    """A trial in the worker's own process and one on rank processes: their threads are their
+    share of the cores, and their allocator keeps a tensor's memory in the heap instead of
+    mapping it anew each time (Dask's nanny would set both against training)."""
+    from hpsearch.cluster import cores
+
+    parent_threads = os.environ.get("OMP_NUM_THREADS")
+    seen = {}
+    for size in (1, 2):
+        spec = user_spec(
+            f"environment-{size}",
+            "hpsearch.testing.objectives:environment",
+            n_trials=1,
+            space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        )
+        spec["search"]["pruner"] = "none"
+        spec["objective"]["gpus_per_trial"] = size
+        Study(spec, run_dir=run_dir, client=two_slot_client).run()
+        (trial,) = _study(run_dir, f"environment-{size}").trials
+        assert trial.state == TrialState.COMPLETE, trial.user_attrs
+        seen[size] = trial.user_attrs
+    worker_pid = next(iter(two_slot_client.run(os.getpid).values()))
+    assert seen[1]["pid"] == worker_pid, "the one-slot trial ran in the worker itself"
+    assert seen[2]["pid"] != worker_pid, "the two-slot trial ran on rank processes"
+    for size, attrs in seen.items():
+        assert attrs["maps_each_time"] is False, (size, attrs["env"])
+        threads = attrs["ctx_threads"]
+        assert attrs["torch_threads"] == threads, (size, attrs)
+        assert attrs["env"]["OMP_NUM_THREADS"] == attrs["env"]["MKL_NUM_THREADS"] == str(threads)
+    # the worker's 2 slots share its cores: the whole worker's for one, a slot's for a rank
+    assert seen[1]["ctx_threads"] == max(1, cores())
+    assert seen[2]["ctx_threads"] == max(1, cores() // 2)
+    assert os.environ.get("OMP_NUM_THREADS") == parent_threads, "the starting process as it was"

@@ -104,9 +104,13 @@ def worker(
 async def _serve_workers(scheduler: str, specs: dict[str, Any]) -> None:
     import asyncio
 
+    import dask
     from distributed import Nanny
 
-    nannies = [Nanny(scheduler, **spec["options"]) for spec in specs.values()]
+    from hpsearch.cluster._env import NANNY_CONFIG
+
+    with dask.config.set(NANNY_CONFIG):  # the nanny reads it as it is made
+        nannies = [Nanny(scheduler, **spec["options"]) for spec in specs.values()]
     await asyncio.gather(*nannies)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,13 +4,42 @@ A worker's layout (:mod:`hpsearch.cluster._local`, ``hpsearch worker``) writes t
 :func:`worker_env`; the trial runner reads them back as :class:`WorkerDevices`; a worker
 starting a rank process for one device writes :func:`rank_env`. Trials of different sizes
 on one worker lease their devices through :func:`lease_devices`.
+
+A trial's code runs as fast in a worker or a rank process as in a bare Python process with
+the same threads. Each choice that makes it so, and why:
+
+- **Threads.** ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` are the
+  process's share of the cores (its set's, or the whole worker's for a trial that has the
+  worker to itself), and the trial runner calls ``torch.set_num_threads`` with the same
+  count. Dask's nanny would pin all three to 1, and would set them in the *starting*
+  process too (``distributed.nanny.pre-spawn-environ``): :data:`NANNY_CONFIG` keeps it
+  from doing either.
+- **The allocator.** Dask's nanny also starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``
+  so that freed memory goes back to the OS at once. Setting any of glibc's malloc
+  thresholds turns off its dynamic mmap threshold: every tensor of more than 128 KiB is
+  then mapped and unmapped again, with page faults on each use, and a CNN's epoch loop
+  took 1.8x as long. :data:`NANNY_CONFIG` removes the variable, and every training process
+  calls :func:`tune_allocator` as it starts, which sets the thresholds glibc's own dynamic
+  rule reaches (mmap above 32 MiB, trim above 64 MiB) whatever the environment said, so a
+  user's Dask config or shell cannot bring the slow setting back. What Dask's trimming was
+  for, memory handed back between tasks, is :func:`release_memory` after each trial: one
+  ``malloc_trim`` when a trial ends instead of an unmap on every ``free``.
+  ``HPSEARCH_MALLOC=keep`` leaves glibc as the environment set it (to compare).
+- **Affinity.** None is set: a CPU slot is a count of cores, not a pinned core. A worker's
+  own threads (Dask's event loop, the MLflow writer, the gRPC client) and, on the local
+  cluster, the coordinator share the cores with the trials; pinned trials would queue
+  behind them on one core while another sits idle. GPU sets are pinned by
+  ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,6 +51,30 @@ ENV_KIND = "HPSEARCH_DEVICE_KIND"  # "cuda" or "cpu"
 ENV_IDS = "HPSEARCH_DEVICE_IDS"  # physical GPU indices, or CPU slot ids: "2,3"
 ENV_THREADS = "HPSEARCH_THREADS"  # CPU threads of the whole worker (or of a rank process)
 ENV_LEASE = "HPSEARCH_LEASE"  # "1": the worker leases subsets to trials of different sizes
+ENV_MALLOC = "HPSEARCH_MALLOC"  # "keep": leave glibc's malloc as the environment set it
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: glibc's malloc tunables: any one of them set turns off its dynamic mmap threshold.
+MALLOC_VARS = (
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+)
+
+#: Dask settings for every nanny hpsearch starts (the local cluster, ``hpsearch worker``,
+#: SLURM jobs and pods): nothing set before a worker process starts, so neither the worker
+#: nor the process that starts it gets Dask's one thread or its malloc trim threshold.
+#: The worker's own environment (:func:`worker_env`) sets the threads.
+NANNY_CONFIG: dict[str, object] = {
+    f"distributed.nanny.pre-spawn-environ.{name}": None for name in (*_THREAD_VARS, *MALLOC_VARS)
+}
+
+# mallopt(3) parameters, and the values glibc's dynamic threshold reaches on 64-bit Linux
+# (DEFAULT_MMAP_THRESHOLD_MAX; the trim threshold follows at twice the mmap threshold).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 * 1024 * 1024
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
 
 
 def cores() -> int:
@@ -33,8 +86,52 @@ def cores() -> int:
 
 
 def _threads_env(threads: int) -> dict[str, str]:
-    # Dask's Nanny would pin OMP/MKL to 1; a trial's torch uses its share of the cores.
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return dict.fromkeys(_THREAD_VARS, str(threads))
+
+
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or ``None`` elsewhere (macOS, musl: their allocators have no such switch)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018 - glibc's own symbol: not glibc, not ours to tune
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
+    """Set glibc malloc's mmap and trim thresholds for training (see the module's notes).
+
+    Returns whether they were set: not on a system without glibc, nor with
+    ``HPSEARCH_MALLOC=keep``.
+    """
+    env = os.environ if env is None else env
+    libc = _libc()
+    if libc is None or env.get(ENV_MALLOC) == "keep":
+        return False
+    return bool(
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
+_last_release = 0.0
+
+
+def release_memory(*, min_interval_s: float = 1.0) -> bool:
+    """Hand the memory a finished trial freed back to the OS (``malloc_trim``), at most once
+    every ``min_interval_s``: short trials ending many times a second trim once."""
+    global _last_release
+    now = time.monotonic()
+    if now - _last_release < min_interval_s or os.environ.get(ENV_MALLOC) == "keep":
+        return False
+    libc = _libc()
+    if libc is None:
+        return False
+    _last_release = now
+    libc.malloc_trim(0)
+    return True
 
 
 def worker_env(

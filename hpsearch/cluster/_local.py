@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
-from hpsearch.cluster._env import cores, worker_env
+from hpsearch.cluster._env import NANNY_CONFIG, cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.exceptions import GpuAllocationError
 
@@ -39,8 +39,11 @@ from hpsearch.exceptions import GpuAllocationError
 #:   bookkeeping of every task (and its rebalancing pass) is work for nothing on the
 #:   coordinator's process;
 #: - no statistical profiler in the workers: it samples every thread's stack 100 times a
-#:   second, for the dashboard's profile page, which a study does not read.
+#:   second, for the dashboard's profile page, which a study does not read;
+#: - nothing set before a worker process starts (:data:`~hpsearch.cluster._env.NANNY_CONFIG`:
+#:   Dask's one thread and malloc trim threshold slow training).
 CLUSTER_CONFIG: dict[str, Any] = {
+    **NANNY_CONFIG,
     "distributed.scheduler.allowed-failures": 0,
     "distributed.scheduler.work-stealing": False,
     "distributed.worker.profile.enabled": False,

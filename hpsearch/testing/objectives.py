@@ -385,3 +385,45 @@ def lineage_walk(trial: optuna.Trial, ctx: TrialContext) -> float:
             raise optuna.TrialPruned()
         time.sleep(step_s)
     return value
+
+
+def allocator_maps_each_time(size: int = 1 << 20) -> bool:
+    """Whether glibc maps a freed-and-asked-again block of ``size`` bytes anew each time (with
+    page faults on every use): what a set malloc threshold (Dask's ``MALLOC_TRIM_THRESHOLD_``)
+    does to a tensor of a training loop. ``False`` where glibc's dynamic threshold, or the
+    thresholds of :func:`hpsearch.cluster._env.tune_allocator`, keep it in the heap."""
+    import ctypes
+
+    fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (*fields, "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    votes = 0
+    for _ in range(3):  # another thread's large block could move the count once
+        libc.free(libc.malloc(size))  # a freed mapped block raises the dynamic threshold
+        before = libc.mallinfo2().hblks
+        block = libc.malloc(size)
+        votes += libc.mallinfo2().hblks > before
+        libc.free(block)
+    return votes >= 2
+
+
+def environment(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Records what a trial's process gives training: its thread settings and whether its
+    allocator maps a tensor's memory anew on each allocation."""
+    import torch
+
+    trial.suggest_float("x", 0.0, 1.0)
+    if getattr(ctx, "rank", 0) == 0:
+        env = {k: v for k, v in os.environ.items() if k.startswith(("MALLOC_", "OMP_", "MKL_"))}
+        trial.set_user_attr("env", env)
+        trial.set_user_attr("torch_threads", torch.get_num_threads())
+        trial.set_user_attr("ctx_threads", ctx.n_threads)
+        trial.set_user_attr("maps_each_time", allocator_maps_each_time())
+        trial.set_user_attr("pid", os.getpid())
+    return 0.0

@@ -8,6 +8,7 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
+from hpsearch.cluster._env import release_memory, tune_allocator
 from hpsearch.training._ranks import ENV_ADDRESS, ENV_AUTHKEY, ENV_PARENT, die_with_parent
 
 
@@ -22,6 +23,7 @@ def _watch_parent(parent: int) -> None:
 def main() -> None:
     parent = int(os.environ[ENV_PARENT])
     die_with_parent()  # and if the worker died before that, the watch below sees it at once
+    tune_allocator()  # hpsearch.cluster._env says why
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     # Import what every trial needs before saying hello: a trial's time limit then counts the
     # trial, not the start-up, and the trial's threads (MLflow's writer among them) never
@@ -48,6 +50,7 @@ def main() -> None:
             continue
         try:
             result = run_rank(payload)
+            release_memory()
             conn.send(("done", result, None))
         except BaseException as exc:  # reported to the worker, which ends the trial
             text = f"rank {payload.get('rank')}: {type(exc).__name__}: {exc}"

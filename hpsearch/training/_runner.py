@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hpsearch._optuna import cached_trial
-from hpsearch.cluster._env import WorkerDevices, lease_devices
+from hpsearch.cluster._env import WorkerDevices, lease_devices, release_memory
 from hpsearch.exceptions import TrialDiverged, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import open_storage, proxy_client, study_known
@@ -120,6 +120,13 @@ def trial_size(task: TrialTask) -> int:
 
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial on this worker's devices and say how it ended (never raises for the trial)."""
+    try:
+        return _run_trial(task)
+    finally:
+        release_memory()  # what Dask's malloc trim threshold was for, once a trial
+
+
+def _run_trial(task: TrialTask) -> TrialOutcome:
     devices = WorkerDevices.from_env()
     size = trial_size(task)
     with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
@@ -316,7 +323,7 @@ def execute(
             reports_written=trial.flush_reports,
         )
         objective = _objective(task)
-        if "torch" in sys.modules:  # Dask workers start with OMP/MKL at one thread
+        if "torch" in sys.modules:  # as its environment says, whatever imported torch first
             sys.modules["torch"].set_num_threads(ctx.n_threads)
         value: Any = objective(trial, ctx) if _wants_context(objective) else objective(trial)
         if spec.is_multi_objective or spec.constraints:
