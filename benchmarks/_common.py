@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import platform
+import shutil
+import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,3 +39,53 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+class Utilisation:
+    """Samples every GPU's utilisation (percent) in a thread while a study runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self) -> list[float]:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return [
+                float(
+                    pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
+                )
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
+        except Exception:
+            exe = shutil.which("nvidia-smi")
+            if exe is None:
+                return []
+            out = subprocess.run(
+                [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            return [float(x) for x in out.split()]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            values = self._read()
+            if values:
+                self.samples.append(values)
+            time.sleep(0.5)
+
+    def __enter__(self) -> Utilisation:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def mean(self) -> float:
+        flat = [v for s in self.samples for v in s]
+        return sum(flat) / len(flat) if flat else float("nan")

@@ -5,11 +5,17 @@
 2. a 1-GPU trial against an all-GPU data-parallel trial (NCCL ranks): scaling efficiency;
 3. concurrent trials on disjoint GPU sets: each trial's devices, and the GPUs' mean
    utilisation over the study (sampled with NVML or nvidia-smi);
-4. the layouts side by side on one transformer (``benchmarks/parallel.py``'s rows, on NCCL
+4. a trial's own speed: samples/s of one trial through ``Study.run`` against the same
+   trainer on the same device in this process, on data tiled until an epoch takes at least
+   ``--min-epoch-seconds`` (per-epoch work then does not dominate): the worker's environment
+   must not slow training (``benchmarks/worker_env.py`` is the CPU side);
+5. the layouts side by side on one transformer (``benchmarks/parallel.py``'s rows, on NCCL
    ranks): ddp, fsdp and pipeline (gpipe, 1f1b) on 1, 2, 4 and 8 GPUs (as many as there
    are), samples/s and per-rank parameter, train-state and peak CUDA-allocated memory; rows
    that would not start within ``--layout-seconds`` are listed as skipped, so the check
-   keeps its time cap.
+   keeps its time cap;
+6. several trials packed on one GPU (``gpus_per_trial`` 1, 1/2, 1/4, 1/8): trials per
+   device-hour, the GPU's utilisation, and a trial's samples/s (``_gpu_packing.py``).
 
     python benchmarks/gpu_check.py [--epochs 3] [--size 64] [--layout-seconds 150]
 """
@@ -18,11 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import warnings
@@ -31,60 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optuna
-from _common import table
+from _common import Utilisation, table
+from _gpu_packing import packing_rows
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore")
-
-
-class Utilisation:
-    """Samples every GPU's utilisation (percent) in a thread while a study runs."""
-
-    def __init__(self) -> None:
-        self.samples: list[list[float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _read(self) -> list[float]:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            return [
-                float(
-                    pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
-                )
-                for i in range(pynvml.nvmlDeviceGetCount())
-            ]
-        except Exception:
-            exe = shutil.which("nvidia-smi")
-            if exe is None:
-                return []
-            out = subprocess.run(
-                [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-            ).stdout
-            return [float(x) for x in out.split()]
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            values = self._read()
-            if values:
-                self.samples.append(values)
-            time.sleep(0.5)
-
-    def __enter__(self) -> Utilisation:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def mean(self) -> float:
-        flat = [v for s in self.samples for v in s]
-        return sum(flat) / len(flat) if flat else float("nan")
 
 
 def precision_rows(epochs: int, size: int) -> list[tuple]:
@@ -179,6 +133,90 @@ def scaling_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tupl
         eff = rates[n_gpus] / (n_gpus * rates[1])
         rows.append((f"scaling efficiency 1 -> {n_gpus} GPUs", f"{eff:.2f}", "ideal 1.00"))
     return rows
+
+
+def trial_vs_bare_rows(
+    epochs: int, folder: Path, *, device: str = "cuda:0", min_epoch_s: float = 2.0
+) -> list[tuple]:
+    """One trial through ``Study.run`` against the bare trainer, on one device, same data."""
+    import statistics
+
+    import numpy as np
+    import torch
+
+    from hpsearch import Study
+    from hpsearch.data import load_dataset
+    from hpsearch.models import get_family
+    from hpsearch.training._amp import resolve_precision
+    from hpsearch.training._trainers import make_trainer
+
+    params = {"channels": 64, "n_blocks": 3, "dense_units": 256, "batch_size": 256, "lr": 1e-3}
+    precision = resolve_precision("auto", torch.device(device))
+
+    def bare(data) -> tuple[float, float]:
+        torch.manual_seed(0)
+        family = get_family("cnn")
+        model = family.build(params, data)
+        trainer = make_trainer(
+            family, model, params, data, device=torch.device(device), precision=precision, seed=0
+        )
+        trainer.train_epoch(data, 0)  # warm-up: cuDNN autotuning, allocations
+        rates, seconds = [], []
+        for epoch in range(1, epochs + 1):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            n = trainer.train_epoch(data, epoch)["samples"]
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+            rates.append(n / seconds[-1])
+        return statistics.median(rates), statistics.median(seconds)
+
+    base = load_dataset({"name": "digits", "size": 32}, seed=0)
+    rate, _ = bare(base)
+    x, y = base.x_train.numpy(), base.y_train.numpy()
+    tiles = max(1, min(200, int(np.ceil(min_epoch_s * 1.25 * rate / len(x)))))
+    noise = np.random.default_rng(0).normal(0.0, 0.05, (tiles, *x.shape)).astype(np.float32)
+    path = folder / "tiled-digits.npz"
+    np.savez(
+        path,
+        x=(x[None] + noise).reshape(-1, *x.shape[1:]),
+        y=np.tile(y, tiles),
+        x_val=base.x_val.numpy(),
+        y_val=base.y_val.numpy(),
+    )
+    bare_rate, epoch_s = bare(load_dataset({"path": str(path)}, seed=0))
+    spec = {
+        "name": "trial-vs-bare",
+        "objective": {
+            "model": "cnn",
+            "dataset": {"path": str(path)},
+            "epochs": epochs + 1,
+            "precision": precision,
+            "checkpoint_interval": 0,
+            "params": {k: v for k, v in params.items() if k != "lr"},
+        },
+        "space": {"lr": {"type": "categorical", "choices": [params["lr"]]}},
+        "search": {"n_trials": 1, "sampler": "random", "pruner": "none", "seed": 0},
+        "cluster": {"n_workers": 1},
+    }
+    result = Study(spec, run_dir=folder).run()
+    client, runs = _runs(result, "trial-vs-bare")
+    history = client.get_metric_history(runs[0].info.run_id, "samples_per_s")
+    trial_rate = statistics.median(m.value for m in history[1:])  # its first epoch warms up
+    return [
+        (
+            f"bare trainer, {device}, {precision}",
+            f"{bare_rate:.0f} samples/s",
+            f"epoch {epoch_s:.1f} s ({tiles} x the digits at 32x32)",
+        ),
+        (
+            "the same trial through Study.run",
+            f"{trial_rate:.0f} samples/s",
+            f"{trial_rate / bare_rate:.2f} of the bare trainer (goal: >= 0.95)",
+        ),
+    ]
 
 
 def concurrency_rows(n_gpus: int, epochs: int, size: int, folder: Path) -> list[tuple]:
@@ -327,6 +365,12 @@ def main() -> None:
         default=150.0,
         help="time cap of the layout rows (ddp / fsdp / pipeline); 0 leaves them out",
     )
+    parser.add_argument(
+        "--min-epoch-seconds",
+        type=float,
+        default=2.0,
+        help="the trial-vs-bare rows tile the data until one epoch takes at least this long",
+    )
     args = parser.parse_args()
     import torch
 
@@ -346,8 +390,13 @@ def main() -> None:
     sections = [
         ("precision", lambda: precision_rows(args.epochs, args.size)),
         ("families", family_rows),
+        (
+            "trial vs bare",
+            lambda: trial_vs_bare_rows(args.epochs, folder, min_epoch_s=args.min_epoch_seconds),
+        ),
         ("scaling", lambda: scaling_rows(len(gpus), args.epochs, args.size, folder)),
         ("concurrency", lambda: concurrency_rows(len(gpus), args.epochs, args.size, folder)),
+        ("packing", lambda: packing_rows(folder)),
     ]
     if args.layout_seconds > 0:
         indices = [g.index for g in gpus]

@@ -68,6 +68,11 @@ class SpecError(HpsearchError):
         super().__init__("\n".join(self.problems))
 
 
+class SpecRenamed(FutureWarning):
+    """Warned when a study file uses a key that was renamed: it still works, under its new
+    name; the CLI prints it as one ``note:`` line."""
+
+
 class _NumbersError(HpsearchError):
     """An error that carries the numbers it is about, as keyword attributes."""
 

@@ -11,18 +11,43 @@ for the trials still missing.
 
 An interruption is not a lost worker: its starts are not counted against
 ``search.max_retries``.
+
+The trials in flight stop at their next safe point rather than being killed: the first
+Ctrl-C writes the file ``RUN_DIR/NAME/stop-requested`` (:func:`request_stop`), which every
+trial looks at there (:func:`stop_requested`: a built-in trial at the end of each epoch, a
+user objective at each ``trial.report``). A trial that sees it writes its checkpoint and
+returns at once, unended (:class:`~hpsearch._stopfile.TrialStopped`); the
+coordinator waits :data:`STOP_WAIT_S` at most for them. The next run removes the file.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch._optuna import trial_id_of
+from hpsearch._stopfile import STOP_FILE, YIELD_DIR, stop_requested
 from hpsearch.tracking import _tags as tag
 
+__all__ = [
+    "STOP_FILE",
+    "STOP_WAIT_S",
+    "clear_interrupted",
+    "clear_stop",
+    "close_interrupted_runs",
+    "interruptions",
+    "mark_interrupted",
+    "request_stop",
+    "stop_in_flight",
+    "stop_requested",
+]
+
 if TYPE_CHECKING:
+    from distributed import Future
     from mlflow import MlflowClient
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
@@ -30,6 +55,62 @@ if TYPE_CHECKING:
     from hpsearch.tracking import TrackingTarget
 
 log = logging.getLogger(__name__)
+
+#: Seconds an interrupted coordinator waits for its trials in flight to reach their next
+#: safe point (an epoch's end, a report) before it stops them anyway.
+STOP_WAIT_S = 120.0
+
+
+def request_stop(study_dir: str | os.PathLike[str]) -> None:
+    """Ask every trial of the study in flight to stop at its next safe point."""
+    path = Path(study_dir) / STOP_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as exc:  # the trials are stopped the hard way instead
+        log.warning("could not ask the trials to stop (%s): %s", path, exc)
+
+
+def stop_in_flight(
+    in_flight: dict[Future, Any], study_dir: str | os.PathLike[str], *, wait_s: float | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """Ask the trials in flight to stop, wait for them (:data:`STOP_WAIT_S` at most), and
+    yield ``(info, outcome)`` for each one that ended meanwhile (complete, pruned, failed),
+    taking it out of ``in_flight``; those that stopped unended, or did not stop in time,
+    stay there (to be marked interrupted)."""
+    from distributed import wait
+
+    from hpsearch.trial import TrialOutcome
+
+    start = time.monotonic()
+    request_stop(study_dir)
+    try:
+        wait(list(in_flight), timeout=STOP_WAIT_S if wait_s is None else wait_s)
+    except TimeoutError:
+        log.warning(
+            "trials still in flight %.0f s after the interruption: stopped at once",
+            time.monotonic() - start,
+        )
+    else:
+        log.warning(
+            "the %d trials in flight stopped %.2f s after the interruption",
+            len(in_flight),
+            time.monotonic() - start,
+        )
+    for future in [f for f in in_flight if f.status == "finished"]:
+        try:
+            outcome = future.result(timeout=5)
+        except Exception:  # lost with its worker: it resumes
+            continue
+        if isinstance(outcome, TrialOutcome) and outcome.state in ("COMPLETE", "PRUNED", "FAIL"):
+            yield in_flight.pop(future), outcome
+
+
+def clear_stop(study_dir: str | os.PathLike[str]) -> None:
+    """A new run of the study: its trials run on (and none is asked to yield)."""
+    (Path(study_dir) / STOP_FILE).unlink(missing_ok=True)
+    for request in (Path(study_dir) / YIELD_DIR).glob("*"):
+        request.unlink(missing_ok=True)
 
 
 def mark_interrupted(storage: BaseStorage, trial_ids: Iterable[int]) -> None:
@@ -51,9 +132,10 @@ def clear_interrupted(storage: BaseStorage, trials: Iterable[FrozenTrial]) -> No
 
 
 def interruptions(attrs: dict[str, Any]) -> int:
-    """How many of a trial's starts ended in an interruption (from its user attributes)."""
+    """How many of a trial's starts ended in an interruption or a preemption on a shared pool
+    (from its user attributes): starts that were not worker losses."""
     try:
-        return int(attrs.get(tag.INTERRUPTIONS, 0))
+        return int(attrs.get(tag.INTERRUPTIONS, 0)) + int(attrs.get(tag.PREEMPTIONS, 0))
     except (TypeError, ValueError):
         return 0
 

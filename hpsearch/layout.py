@@ -6,6 +6,7 @@
                                    each interval, which continuations copy
 ``RUN_DIR/NAME/tracking-backlog/`` MLflow writes kept while the tracking store was unreachable
 ``RUN_DIR/NAME/study.yaml``        the spec as it was run
+``RUN_DIR/NAME/stop-requested``    while an interrupted run stops its trials in flight
 ``RUN_DIR/mlflow.db``              one MLflow store for all studies of the run folder
 ``RUN_DIR/mlartifacts/``           MLflow artifacts of that store
 """

@@ -296,19 +296,20 @@ class StudyMetrics(NoMetrics):
             ):
                 yield "hpsearch_trials", "gauge", _HELP["trials"], {"state": state}, n
             yield "hpsearch_trials_budget", "gauge", _HELP["budget"], {}, p.n_trials
-            yield "hpsearch_trials_queued", "gauge", _HELP["queued"], {}, len(c._pending)
+            yield "hpsearch_trials_queued", "gauge", _HELP["queued"], {}, len(c.pending)
             if p.best_value is not None and math.isfinite(p.best_value):
                 yield "hpsearch_best_value", "gauge", _HELP["best"], {}, p.best_value
                 yield "hpsearch_best_trial", "gauge", _HELP["best_trial"], {}, p.best_number or 0
             flying = self._in_flight()
             busy = len(flying)
             yield "hpsearch_device_sets", "gauge", _HELP["sets"], {"state": "busy"}, busy
-            idle = max(0, c.max_concurrent - busy)
+            idle = max(0, c.placement.max_concurrent - busy)
             yield "hpsearch_device_sets", "gauge", _HELP["sets"], {"state": "idle"}, idle
-            if c.capacity.key is not None:
+            cap = c.placement.capacity
+            if cap.key is not None:
                 used = sum(f.size for f in flying)
-                kind = c.capacity.key.lower()
-                total = c.capacity.total
+                kind = cap.key.lower()
+                total = cap.total
                 for state, n in (("busy", used), ("idle", max(0.0, total - used))):
                     yield (
                         "hpsearch_devices",
@@ -320,6 +321,7 @@ class StudyMetrics(NoMetrics):
                         },
                         n,
                     )
+            yield from c.share.figures()
         yield "hpsearch_worker_losses_total", "counter", _HELP["losses"], {}, self.losses
         yield "hpsearch_trial_retries_total", "counter", _HELP["retries"], {}, self.retries
         workers = dict(self._workers)

@@ -1,13 +1,14 @@
 """A Dask worker preload: import what trials need before the first trial arrives.
 
 A worker pays ``import mlflow`` (about 2 s here) and optuna's gRPC client once; without this,
-the first trial on every worker pays it, while the study is already running. It also sets
+the first trial on every worker pays it, while the study is already running. They load on
+a background thread (:mod:`hpsearch._warm`), so the worker is ready at once. It also sets
 glibc's allocator up for training (:func:`hpsearch.cluster._env.tune_allocator`), leaves
 Ctrl-C to the coordinator, which stops the trials and closes the cluster in order, and it
 ends the worker when its nanny (the coordinator, for the local cluster) is gone. The local
 cluster and ``hpsearch worker`` load it; for plain ``dask worker`` pass
-``--preload hpsearch.preload``. Importing torch is left to the first trial that trains
-(a user objective may not need it).
+``--preload hpsearch.preload``. Importing torch is left to the study: it asks its workers
+to import what its trials need once the cluster is up (a user objective may not need it).
 """
 
 from __future__ import annotations
@@ -50,6 +51,30 @@ class _QuietWhileClosing:
         return not (heartbeat and self.worker.status != Status.running)
 
 
+#: Why a trial yields when its worker's batch job is about to end.
+JOB_ENDS = "its SLURM job ends (walltime or preemption)"
+
+
+def _job_ends(worker: Any) -> None:
+    """SIGUSR1: the worker's batch job ends soon (SLURM's ``--signal``, forwarded by
+    ``hpsearch worker``). Its trials yield at their next safe point, their checkpoints
+    written (they resume on another worker, losing no epoch), and their outcomes say that the
+    worker goes away: the coordinator retires it as it hears of them, so no trial lands on it
+    again. Dask's own retirement cannot wait for them: it moves a worker's data, not its
+    running tasks, which it would start again elsewhere from scratch. An idle worker retires
+    at once."""
+    from hpsearch._stopfile import job_ending
+
+    if job_ending(JOB_ENDS) == 0:
+        worker.loop.add_callback(worker.close_gracefully, reason="its batch job ends")
+
+
+def retire(dask_worker: Any) -> None:
+    """Run by the coordinator on a worker whose batch job ends, once its trials have yielded:
+    it stops taking tasks and closes."""
+    dask_worker.loop.add_callback(dask_worker.close_gracefully, reason="its batch job ends")
+
+
 def dask_setup(worker: Any) -> None:
     import os
     import signal
@@ -70,17 +95,16 @@ def dask_setup(worker: Any) -> None:
     # and closes the cluster; a worker dying of it on its own would only print a traceback.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, lambda *_: _job_ends(worker))
 
     import logging
 
     logging.getLogger("distributed.worker").addFilter(_QuietWhileClosing(worker))
 
-    import mlflow  # noqa: F401
     import optuna
-    from optuna.storages import GrpcStorageProxy  # noqa: F401
 
     import hpsearch.tracking
-    import hpsearch.training._runner
+    from hpsearch import _warm
     from hpsearch._threads import quick_switches
 
     hpsearch.tracking.fail_fast_http()
@@ -88,3 +112,16 @@ def dask_setup(worker: Any) -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+    # The worker says it is ready at once; what every trial imports loads meanwhile, and
+    # the study adds what its own trials need (hpsearch._warm says why).
+    _warm.start([_import("mlflow"), _import("optuna.storages"), _import(RUNNER)])
+
+
+RUNNER = "hpsearch.training._runner"
+
+
+def _import(name: str) -> Any:
+    import importlib
+
+    return lambda: importlib.import_module(name)

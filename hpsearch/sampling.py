@@ -14,12 +14,14 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.space import grid_search_space
 from hpsearch.spec import SAMPLER_CLASSES
 
 if TYPE_CHECKING:
+    import optuna
     from optuna.samplers import BaseSampler
 
     from hpsearch.spec import StudySpec
@@ -61,3 +63,29 @@ def build_sampler(spec: StudySpec, *, seed_offset: int = 0) -> BaseSampler:
     sampler_class = getattr(optuna.samplers, SAMPLER_CLASSES[name])
     sampler: BaseSampler = sampler_class(**{**defaults, **spec.search.sampler.options})
     return sampler
+
+
+log = logging.getLogger(__name__)
+
+
+def relative_sample(trial: optuna.Trial) -> dict[str, tuple[Any, Any]] | None:
+    """What the sampler draws for ``trial`` jointly, beyond the parameters asked for.
+
+    Optuna draws a trial's relative (joint) sample at its first suggest, in the process
+    that holds the trial. Drawn here, once, by the study's one sampler: a worker would
+    otherwise read the whole history through the proxy to draw it again, with a sampler
+    of its own. (Asked with the declared space, the sample is drawn already.) A sampler
+    that fails to draw it fails here only this shortcut: the worker draws it, and a
+    failure there fails that trial alone, as it always did."""
+    try:
+        drawn = trial.relative_params
+    except Exception as exc:
+        log.debug("trial %d: the joint sample is left to its worker: %s", trial.number, exc)
+        return None
+    space = trial.relative_search_space or {}
+    out = {
+        name: (space[name], value)
+        for name, value in drawn.items()
+        if name in space and name not in trial.params
+    }
+    return out or None

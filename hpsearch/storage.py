@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -97,13 +98,26 @@ def journal_backend(path: str) -> Any:
 
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
             text = "\n".join(json.dumps(entry, separators=(",", ":")) for entry in logs) + "\n"
+            if threading.current_thread() is threading.main_thread():
+                # Ctrl-C raises KeyboardInterrupt in the main thread, wherever it is: between
+                # the lock's acquire and its release it would leave the lock file behind, and
+                # every writer (this process's own interruption records first) would wait for
+                # its grace period. Another thread takes and releases it; an interrupt only
+                # stops the wait for that thread.
+                from hpsearch._threads import ordered_executor
+
+                ordered_executor("hpsearch-journal").submit(self._append, text).result()
+            else:
+                self._append(text)
+            _syncer.written(self._file)
+
+        def _append(self, text: str) -> None:
             self._file_lock.acquire()
             try:
                 with open(self._file, "ab") as f:
                     f.write(text.encode("utf-8"))
             finally:
                 self._file_lock.release()
-            _syncer.written(self._file)
 
     return GroupSyncJournalFile(path)
 
@@ -250,6 +264,12 @@ class StorageProxy:
 
 _clients: dict[tuple[str, int], BaseStorage] = {}
 _clients_lock = threading.Lock()
+#: Seconds a worker waits for a coordinator's proxy to answer. The proxy runs before any
+#: trial is sent, so one that does not answer is gone (its coordinator stopped or died): a
+#: trial it left behind fails quickly rather than hold its worker from the next study's.
+PROXY_READY_S = 10.0
+#: Proxies found gone, by address, and when: asked again, they fail at once for a while.
+_gone: dict[tuple[str, int], float] = {}
 
 
 def proxy_client(address: ProxyAddress) -> BaseStorage:
@@ -264,10 +284,16 @@ def proxy_client(address: ProxyAddress) -> BaseStorage:
 
             from optuna.exceptions import ExperimentalWarning
 
+            if time.monotonic() - _gone.get(key, -math.inf) < 3 * PROXY_READY_S:
+                raise ConnectionError(f"the study's proxy at {address.host}:{address.port} is gone")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)
                 client = _proxy_class()(host=address.host, port=address.port)
-            client.wait_server_ready(timeout=30)
+            try:
+                client.wait_server_ready(timeout=PROXY_READY_S)
+            except ConnectionError:
+                _gone[key] = time.monotonic()
+                raise
             _clients[key] = client
         return client
 

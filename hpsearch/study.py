@@ -55,7 +55,7 @@ class Study:
         spec: the study spec (a :class:`~hpsearch.spec.StudySpec` or a mapping in file form).
         run_dir: the run folder (default ``./runs``); the study's files go to ``RUN_DIR/NAME/``.
         client: an existing Dask ``Client`` to run the trials on (default: the spec's
-            ``cluster.scheduler``, else a local cluster of worker processes started for the run).
+            ``cluster.address``, else a local cluster of worker processes started for the run).
     """
 
     def __init__(
@@ -89,32 +89,6 @@ class Study:
     ) -> Study:
         """Load a study file; keyword overrides (``n_trials=4``, ``storage=...``) win over it."""
         return cls(StudySpec.from_yaml(path, overrides=overrides), run_dir=run_dir, client=client)
-
-    def _close_tracking(self, tracker: Any, study: optuna.Study, best: Any, status: str) -> None:
-        """Close every trial's run with its true state and record the summary on the study's run."""
-        from hpsearch.interruption import close_interrupted_runs
-
-        trials = study.get_trials(deepcopy=False)
-        tracker.reconcile(trials)
-        # Trials an interruption left to resume: their runs end KILLED, tagged to say so.
-        close_interrupted_runs(tracker.client, tracker.target, trials)
-        if best is not None:
-            try:
-                tracker.copy_best_images(best.number)
-            except Exception as exc:  # a missing picture must not fail a finished study
-                log.warning("could not copy the best trial's images: %s", exc)
-        tracker.finish(
-            status=status,
-            tags={
-                tag.BEST_TRIAL: best.number if best else "none",
-                tag.N_ENDED: sum(t.state.is_finished() for t in trials),
-            },
-            metrics={f"best_{self.spec.metric}": best.value} if best else {},
-        )
-        if self.spec.is_multi_objective:
-            from hpsearch.pareto import mark_pareto_runs
-
-            mark_pareto_runs(tracker, study, self.spec.metrics)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], *, client: Client | None = None) -> Study:
@@ -317,7 +291,7 @@ class Study:
         return optuna.load_study(study_name=self.spec.name, storage=open_storage(self.storage_url))
 
     @property
-    def trial_sizes(self) -> list[int]:
+    def trial_sizes(self) -> list[float]:
         """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
         from hpsearch.cluster._open import trial_sizes
 
@@ -343,10 +317,13 @@ class Study:
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
         import optuna
 
-        from hpsearch.cluster import Capacity, capacity, check_workers
+        from hpsearch import _warm
+        from hpsearch._study_end import close_tracking
+        from hpsearch.cluster import WORKER_WAIT_S, Capacity, capacity, check_workers
         from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator
         from hpsearch.pareto import study_directions
+        from hpsearch.pool._lease import join_pool
         from hpsearch.pruning import build_pruner
         from hpsearch.sampling import build_sampler
         from hpsearch.storage import StorageProxy, open_storage, sync_journals
@@ -355,6 +332,7 @@ class Study:
             StudyTracker,
             check_reachable,
             flush_timeout,
+            get_client,
             replay_backlog,
         )
         from hpsearch.training._runner import flush_tracking, spool_tracking
@@ -374,6 +352,8 @@ class Study:
                 "(http://HOST:5000) or a database URL"
             )
         check_reachable(self.mlflow_uri)
+        # The tracking store opens (imports, SQLite set-up) while the cluster starts.
+        _warm.start([lambda: get_client(self.mlflow_uri)])
         status = "KILLED"
         tracker: StudyTracker | None = None
         proxy: StorageProxy | None = None
@@ -381,7 +361,7 @@ class Study:
         metrics: StudyMetrics | None = None
         try:
             with backend as client:
-                cap = capacity(client)
+                cap = capacity(client, wait_s=0 if backend.may_start_empty else WORKER_WAIT_S)
                 if backend.may_start_empty and not cap.n_threads:
                     # adapt: {minimum: 0}: jobs are started for the first trials.
                     cap = Capacity(backend.resource_key)
@@ -389,6 +369,15 @@ class Study:
                     cap.check(max(self.trial_sizes))
                     if remote:  # workers started elsewhere: can they run these trials at all?
                         check_workers(client, needs_torch=not spec.is_user_objective)
+                _warm.warm_workers(
+                    client,
+                    built_in=not spec.is_user_objective and self.objective is None,
+                    objective=spec.objective.model
+                    if spec.is_user_objective and self.objective is None
+                    else None,
+                    search_paths=self.search_paths,
+                    mlflow_uri=self.mlflow_uri,
+                )
 
                 self.layout.create()
                 self.layout.spec_file.write_text(spec.to_yaml())
@@ -402,6 +391,7 @@ class Study:
                     **study_directions(spec),
                 )
                 study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
+                _warm.wait()  # the tracking store: MLflow is imported on one thread only
                 tracker = StudyTracker(
                     self.mlflow_uri,
                     self.experiment,
@@ -455,6 +445,7 @@ class Study:
                     else None,
                     metrics=metrics,
                     scaler=backend.scaler,
+                    lease=join_pool(client, spec),
                 )
                 if metrics is not None:
                     metrics.watch(coordinator)
@@ -489,7 +480,7 @@ class Study:
             if tracker is not None and study is not None:
                 try:
                     check_reachable(self.mlflow_uri)
-                    self._close_tracking(tracker, study, best, status)
+                    close_tracking(tracker, study, best, status, spec)
                 except Exception as exc:  # the store is down: the next run of the study does it
                     log.warning(
                         "MLflow: could not record the study's end (%s: %s); the next run of this "

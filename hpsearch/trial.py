@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._stopfile import TrialStopped, yield_requested
+
 if TYPE_CHECKING:
     import optuna
 
@@ -35,7 +37,7 @@ class TrialTask:
     study_dir: str
     search_paths: list[str]
     resume: bool = False
-    size: int | None = None  # devices of this trial (when gpus_per_trial is searched)
+    size: float | None = None  # devices of this trial (searched, or a fraction of one)
     #: The objective itself, where it cannot be imported by name on the workers (a function
     #: defined in a notebook): Dask ships it by value (cloudpickle).
     objective: Callable[..., float] | None = None
@@ -69,6 +71,9 @@ class TrialOutcome:
     duration_s: float = 0.0
     last_step: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The worker is going away (its batch job ends): the coordinator retires it before it
+    #: places another trial, so that none lands there.
+    retire: bool = False
 
 
 @dataclass
@@ -171,11 +176,24 @@ class TrialContext:
         # never got (a resumed trial does not report a step twice).
         if self.reports_written is not None:
             self.reports_written()
+        from hpsearch import _faults
+
         background = step is not None and not self.pauses_at(step)
-        self._store().save(
+        store = self._store()
+        store.save(
             {"step": None if step is None else int(step), "state": dict(state)},
             background=background,
         )
+        if _faults.active():  # a test's fault after the checkpoint: it is on disk first
+            store.wait()
+            _faults.fault_point(
+                "after_checkpoint", self.trial_number, step or 0, study_dir=str(self.study_dir)
+            )
+        if self.world_size == 1 and yield_requested(self.study_dir, self.trial_number):
+            # Asked to yield its devices (a shared pool): this checkpoint is the safe point,
+            # and the trial resumes after this step, training nothing twice.
+            store.wait()
+            raise TrialStopped(None if step is None else int(step))
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         """The state this trial saved last (or, for a trial continuing another one's
@@ -183,7 +201,18 @@ class TrialContext:
         if not self.resumed:
             return None
         saved = self._store().load()
-        return None if saved is None else dict(saved.get("state", saved))
+        if saved is None:
+            return None
+        from hpsearch._faults import fault_point
+
+        step = saved.get("step")
+        fault_point(
+            "in_resume_load",
+            self.trial_number,
+            step if isinstance(step, int) else 0,
+            study_dir=str(self.study_dir),
+        )
+        return dict(saved.get("state", saved))
 
     def _store(self) -> Any:
         from hpsearch.training._checkpoint import CheckpointStore

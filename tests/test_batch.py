@@ -86,14 +86,18 @@ def test_slurm_job_script(slurm, expected):
         assert line in lines, (line, script)
     if not slurm["gpus_per_node"]:
         assert not [line for line in lines if "--gres" in line], "no GPU request for CPU nodes"
+    # The launcher replaces the batch shell (exec): SLURM's warning before the job ends
+    # (--signal=B:USR1@60) reaches it.
+    assert "#SBATCH --signal=B:USR1@60" in lines
     worker = lines[-1].split()
-    assert worker[:4] == [
+    assert worker[:5] == [
+        "exec",
         slurm["python"],
         "-m",
         "hpsearch.cluster.jobqueue_worker",
         "tcp://login01:8786",
     ]
-    args = parse(worker[3:])
+    args = parse(worker[4:])
     assert args.scheduler == "tcp://login01:8786" and args.gpus_per_trial == 2
     assert args.gpus == ("auto" if slurm["gpus_per_node"] else "none")
     assert lines.index(expected[-1]) < len(lines) - 1, "the prologue runs before the worker"
@@ -164,8 +168,8 @@ def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(mo
             ["minimum (5) must be <= maximum (2)"],
         ),
         (
-            {"backend": "slurm", "slurm": {"queue": "q"}, "scheduler": "tcp://x:1"},
-            "cluster.scheduler",
+            {"backend": "slurm", "slurm": {"queue": "q"}, "address": "tcp://x:1"},
+            "cluster.address",
             ["not used with backend: slurm"],
         ),
         (
@@ -173,7 +177,7 @@ def test_the_operator_worker_command_reads_the_scheduler_from_the_environment(mo
             "cluster.storage_access",
             ["needs a database URL in storage"],
         ),
-        ({"tls": "auto", "scheduler": "tcp://x:1"}, "cluster.tls", ["local cluster only"]),
+        ({"tls": "auto", "address": "tcp://x:1"}, "cluster.tls", ["local cluster only"]),
         (
             {"tls": {"ca_file": "/nowhere/ca.pem", "cert": __file__, "key": __file__}},
             "cluster.tls.ca_file",
@@ -248,7 +252,7 @@ def test_workers_joining_and_leaving_mid_study(run_dir):
         )
         _wait_workers(address, 1)
         spec = user_spec("elastic", "hpsearch.testing.objectives:steady", n_trials=8)
-        spec["cluster"] = {"scheduler": address}
+        spec["cluster"] = {"address": address}
         study = Study(spec, run_dir=run_dir)
         box: dict = {}
         thread = threading.Thread(
@@ -314,3 +318,11 @@ def test_slurm_cluster_takes_the_options():
         assert not cluster.workers, "nothing submitted"
     finally:
         cluster.close()
+
+
+def test_slurm_jobs_without_a_warning():
+    spec = _spec(
+        {"backend": "slurm", "slurm": {"queue": "q", "gpus_per_node": 0, "warning_seconds": 0}}
+    )
+    script = slurm_job_script(spec, scheduler="tcp://login01:8786")
+    assert "--signal" not in script and "exec " not in script

@@ -99,6 +99,16 @@ def test_validate_prints_one_line_summary(tmp_path):
     assert "tiny" in result.output and "4 trials" in result.output
 
 
+def test_the_renamed_scheduler_key_works_and_says_so(tmp_path):
+    study_file = tmp_path / "old.yaml"
+    study_file.write_text(GOOD.replace("{n_workers: 2}", "{n_workers: 2, scheduler: null}"))
+    result = CliRunner().invoke(app, ["validate", str(study_file)])
+    assert result.exit_code == 0, result.output
+    assert f"note: {study_file}: cluster.scheduler is renamed cluster.address" in " ".join(
+        result.output.split()
+    )
+
+
 def test_validate_every_shipped_study():
     for study_file in sorted((ROOT / "studies").glob("*.yaml")):
         result = CliRunner().invoke(app, ["validate", str(study_file)])

@@ -34,35 +34,35 @@ def _coordinator(capacity_key: str | None = "SLOT", **search: Any) -> Any:
 
 def _ended(coordinator: Any, seconds: float, n: int = 5) -> None:
     for number in range(n):
-        coordinator._count_outcome(TrialOutcome(number, "COMPLETE", value=1.0, duration_s=seconds))
+        coordinator.count_outcome(TrialOutcome(number, "COMPLETE", value=1.0, duration_s=seconds))
 
 
 def _fill(coordinator: Any) -> int:
     """Trials the coordinator would submit now, one after another."""
-    from hpsearch.schedulers._driver import _InFlight, _Ready
+    from hpsearch.coordinator import InFlight, Ready
 
     submitted = 0
-    while coordinator._fits(_Ready(submitted, submitted, resume=False, size=1)):
-        coordinator.in_flight[object()] = _InFlight(submitted, submitted, 0.0, 1, None)
+    while coordinator.placement.fits(Ready(submitted, submitted, resume=False, size=1)):
+        coordinator.in_flight[object()] = InFlight(submitted, submitted, 0.0, 1, None)
         submitted += 1
     return submitted
 
 
 def test_short_trials_queue_one_more_on_each_set():
     coordinator = _coordinator()
-    assert coordinator.max_concurrent == 2
+    assert coordinator.placement.max_concurrent == 2
     assert _fill(coordinator) == 2, "no trial has ended yet: one per set"
     coordinator.in_flight.clear()
     _ended(coordinator, 0.05)
-    assert coordinator._queued() == 2
+    assert coordinator.placement.queued() == 2
     assert _fill(coordinator) == 4, "one running and one waiting on each set"
-    assert coordinator._running() == 2, "the waiting ones are not counted as running"
+    assert coordinator.placement.running() == 2, "the waiting ones are not counted as running"
 
 
 def test_long_trials_run_one_per_set():
     coordinator = _coordinator()
     _ended(coordinator, 30.0)
-    assert coordinator._queued() == 0
+    assert coordinator.placement.queued() == 0
     assert _fill(coordinator) == 2
 
 
@@ -78,5 +78,5 @@ def test_long_trials_run_one_per_set():
 def test_no_queue_where_it_would_change_what_runs(search, key):
     coordinator = _coordinator(key, **search)
     _ended(coordinator, 0.05)
-    assert coordinator._queued() == 0
+    assert coordinator.placement.queued() == 0
     assert _fill(coordinator) <= 2

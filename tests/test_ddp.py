@@ -32,6 +32,10 @@ def _study(run_dir, name):
     )
 
 
+def _lines(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def _cnn(name, size, epochs=3):
     return {
         "name": name,
@@ -144,8 +148,9 @@ def test_a_killed_worker_leaves_no_rank_process(run_dir):
     cluster = start_local_cluster(gpus=None, gpus_per_trial=2, n_slots=2)
     client = Client(cluster)
     try:
-        spec = user_spec("ddp-kill", "hpsearch.testing.objectives:ranked_sleepy", n_trials=1)
+        spec = user_spec("ddp-kill", "hpsearch.testing.objectives:ranked_checkpointed", n_trials=1)
         spec["objective"]["gpus_per_trial"] = 2
+        spec["objective"]["checkpoint_interval"] = 0
         study = Study(spec, run_dir=run_dir, client=client)
         done = threading.Event()
         thread = threading.Thread(target=lambda: (study.run(), done.set()), daemon=True)
@@ -161,13 +166,29 @@ def test_a_killed_worker_leaves_no_rank_process(run_dir):
             ]
             time.sleep(0.2)
         assert len(ranks) == 2, "the trial runs on 2 rank processes"
+        notes = run_dir / "ddp-kill" / "notes-0-rank1.txt"
+        while time.monotonic() < deadline and _lines(notes).count("step") < 3:
+            time.sleep(0.1)  # two steps checkpointed, the third under way
         os.kill(worker_pid, signal.SIGKILL)
         _gone, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive, f"rank processes outlived their worker: {[p.pid for p in alive]}"
         thread.join(timeout=120)
         assert done.is_set(), "the study goes on after the kill"
+        # It resumed from its checkpoint on every rank: each step reported once, the value
+        # of an uninterrupted run, one MLflow run with each step once.
         (trial,) = _study(run_dir, "ddp-kill").trials
-        assert trial.state.is_finished()
+        assert trial.state == TrialState.COMPLETE
+        x = trial.params["x"]
+        assert trial.intermediate_values == pytest.approx({s: x + 1 / s for s in range(1, 7)})
+        assert trial.value == pytest.approx(x + 1 / 6)
+        for rank in (0, 1):
+            steps = _lines(run_dir / "ddp-kill" / f"notes-0-rank{rank}.txt").split()
+            trained = [int(s) for s in steps if s.isdigit()]
+            assert trained[-1] == 6 and trained.count(1) == 1, f"rank {rank} began again"
+        mlflow_client, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "ddp-kill")
+        (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+        history = mlflow_client.get_metric_history(run.info.run_id, "value")
+        assert sorted(m.step for m in history) == list(range(1, 7))
     finally:
         client.close()
         cluster.close(timeout=20)

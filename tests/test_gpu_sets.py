@@ -188,3 +188,12 @@ def test_capacity_check_says_what_is_missing():
     assert err.value.needed == 4 and err.value.found == 2
     with pytest.raises(ClusterError, match="no workers"):
         Capacity(None).check(1)
+
+
+def test_cpu_slot_sets_are_described_as_such():
+    """On a machine without GPUs the sets are of CPU slots, and ``--dry-run`` says so."""
+    from hpsearch.cluster._local import worker_specs
+
+    _, plan = worker_specs(gpus=[], gpus_per_trial=1, n_slots=2)
+    assert plan.describe().startswith("2 CPU slot set(s) of 1: [0] [1]")
+    assert "GPU" not in plan.describe()

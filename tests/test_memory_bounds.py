@@ -50,11 +50,11 @@ def test_the_coordinator_keeps_the_latest_durations_and_no_losses_of_ended_trial
         search_paths=[],
     )
     for number in range(5 * RECENT_DURATIONS):
-        coordinator._count_outcome(
+        coordinator.count_outcome(
             TrialOutcome(number, "COMPLETE", value=float(number), duration_s=0.1)
         )
-    assert len(coordinator._durations) == RECENT_DURATIONS
-    assert coordinator._short_trials()
+    assert len(coordinator.placement.durations) == RECENT_DURATIONS
+    assert coordinator.placement.short_trials()
     assert coordinator.progress.complete == 5 * RECENT_DURATIONS
 
 

@@ -115,7 +115,7 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
         assert sorted(w["name"] for w in workers.values()) == ["hp-0", "plain"]
         assert all(w["resources"] == {"SLOT": 1.0} for w in workers.values())
         spec = user_spec("remote", "hpsearch.testing.objectives:staircase", n_trials=8)
-        spec["cluster"] = {"scheduler": address}
+        spec["cluster"] = {"address": address}
         result = Study(spec, run_dir=run_dir).run()
         assert result.progress.ended == 8
         study = optuna.load_study(

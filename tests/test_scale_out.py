@@ -90,7 +90,7 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
         spec = user_spec("pg", "hpsearch.testing.objectives:staircase", n_trials=6)
         spec["storage"] = f"postgresql+psycopg://${{HPS_DB_USER}}@127.0.0.1:5432/{database}"
         spec["tracking"] = {"mlflow_uri": server.uri}
-        spec["cluster"] = {"scheduler": address, "storage_access": access}
+        spec["cluster"] = {"address": address, "storage_access": access}
         result = Study(spec, run_dir=run_dir).run(progress=False)
         assert result.progress.ended == 6
         assert not (run_dir / "pg" / "optuna.journal").exists(), "the study lives in PostgreSQL"

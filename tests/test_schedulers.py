@@ -179,6 +179,11 @@ def test_asha_study_pauses_promotes_and_ends_clean(run_dir, two_slot_client):
     for r in trial_runs:
         if r.data.tags["hpsearch.state"] == "PRUNED":
             assert "never promoted" in r.data.tags["hpsearch.prune_reason"]
+            # as on every pruned run: the step it stopped at, and its value there
+            assert r.data.tags["hpsearch.prune_step"] == r.data.tags["hpsearch.paused_at"]
+            assert float(r.data.tags["hpsearch.prune_value"]) == pytest.approx(
+                r.data.metrics["value"], rel=1e-6
+            )
 
 
 class _StopAtPause(Exception):

@@ -139,10 +139,11 @@ def _slurm_yaml(uri: str, adapt: str, memory: str = "1GB") -> str:
     )
 
 
-def _start(tmp_path: Path, text: str) -> subprocess.Popen:
+def _start(tmp_path: Path, text: str, **extra_env: str) -> subprocess.Popen:
     study_file = tmp_path / "s.yaml"
     study_file.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HPSEARCH_BATCH_WORKER_TIMEOUT_S": "300"}
+    env.update(extra_env)  # the batch jobs see it too (sbatch exports the environment)
     return subprocess.Popen(
         [sys.executable, "-m", "hpsearch.cli", "run", str(study_file)],
         cwd=tmp_path,
@@ -230,7 +231,7 @@ def test_a_job_cancelled_mid_trial_resumes_its_trial_on_a_new_job(tmp_path, mlfl
             proc.kill()
         watch.stop()
     assert "1 trials ended: 1 complete" in out or "1 trial ended: 1 complete" in out, out
-    assert len(watch.seen) >= 2 and jobs[0] in watch.seen, "a new job took the trial"
+    assert len(watch.seen) >= 2 and jobs[0] in watch.seen, f"a new job took the trial: {out}"
     assert not watch.wait_empty(), "the study's jobs end with it"
     (trial,) = _journal_study(tmp_path / "runs", "cancelled").get_trials()
     assert trial.state == TrialState.COMPLETE, trial.user_attrs
@@ -239,6 +240,60 @@ def test_a_job_cancelled_mid_trial_resumes_its_trial_on_a_new_job(tmp_path, mlfl
     client, runs = mlflow_runs(mlflow_server, "cancelled")
     (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
     assert run.info.status == "FINISHED"
+    assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 1, "resumed, not restarted"
+    for key in ("val_accuracy", "train_loss"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == [1, 2, 3, 4, 5, 6], f"{key}: every epoch exactly once"
+
+
+def test_a_job_warned_before_its_end_hands_its_trial_on_losing_no_epoch(tmp_path, mlflow_server):
+    """SLURM's warning before a job ends (``--signal=B:USR1@N``, sent here by ``scancel
+    --batch --signal=USR1``): the trial writes its checkpoint at the epoch's end and yields,
+    the worker retires, and the trial resumes on a new job: not a lost worker (none are
+    allowed here), each epoch trained and reported once."""
+    from hpsearch.preload import JOB_ENDS
+
+    watch = _JobWatch("warned")
+    held = tmp_path / "held"
+    proc = _start(
+        tmp_path,
+        "name: warned\n"
+        "objective:\n"
+        "  model: cnn\n"
+        "  dataset: {name: digits, size: 28, limit: 600}\n"
+        "  epochs: 6\n"
+        "  precision: fp32\n"
+        "  checkpoint_interval: 0\n"
+        "  params: {batch_size: 32, channels: 8, n_blocks: 1}\n"
+        "space: {lr: {type: float, low: 0.001, high: 0.003, log: true}}\n"
+        "search: {n_trials: 1, sampler: random, pruner: none, seed: 0, max_retries: 0}\n"
+        + _slurm_yaml(mlflow_server, "{minimum: 1, maximum: 1}", memory="2GB"),
+        # The trial waits after its first epoch's checkpoint until it is asked to yield: the
+        # warning comes mid-trial however fast the epochs are.
+        HPSEARCH_FAULT="after_checkpoint:0:1:hold",
+        HPSEARCH_FAULT_HELD=str(held),
+    )
+    try:
+        _wait(held.exists, 300, "the trial's first epoch")
+        jobs = _squeue("hpsearch-warned")
+        assert len(jobs) == 1, jobs
+        subprocess.run(["scancel", "--batch", "--signal=USR1", jobs[0]], check=True, timeout=60)
+        out = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        watch.stop()
+    assert "1 complete" in out, out
+    assert len(watch.seen) >= 2 and jobs[0] in watch.seen, f"a new job took the trial: {out}"
+    assert not watch.wait_empty(), "the study's jobs end with it"
+    (trial,) = _journal_study(tmp_path / "runs", "warned").get_trials()
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs
+    assert trial.user_attrs["hpsearch.preempted"] == JOB_ENDS
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5, 6]
+    client, runs = mlflow_runs(mlflow_server, "warned")
+    (run,) = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["hpsearch.preempted"] == JOB_ENDS
     assert int(run.data.tags["hpsearch.resumed_from_epoch"]) >= 1, "resumed, not restarted"
     for key in ("val_accuracy", "train_loss"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]

@@ -62,7 +62,7 @@ search:
   max_concurrent: auto
   max_retries: 2
 cluster:
-  scheduler: null
+  address: null
   n_workers: auto
   gpus: auto
   slots: auto
@@ -155,7 +155,7 @@ def test_defaults_are_filled_in() -> None:
     assert spec.search.seed == 0
     assert spec.search.max_concurrent == "auto"
     assert spec.search.max_retries == 2
-    assert (spec.cluster.scheduler, spec.cluster.n_workers, spec.cluster.gpus) == (
+    assert (spec.cluster.address, spec.cluster.n_workers, spec.cluster.gpus) == (
         None,
         "auto",
         "auto",
@@ -282,7 +282,10 @@ def test_content_errors_name_the_file_as_given(
     )
     with pytest.raises(SpecError) as info:
         StudySpec.from_yaml("studies/x.yaml")
-    assert str(info.value) == "studies/x.yaml: objective.gpus_per_trial: must be >= 1, got 0"
+    assert str(info.value) == (
+        "studies/x.yaml: objective.gpus_per_trial: must be >= 1 or a fraction of one device "
+        "(1/2, 1/4, 1/8), got 0"
+    )
 
 
 # ------------------------------------------------------------------------------ bad values
@@ -307,7 +310,7 @@ def test_content_errors_name_the_file_as_given(
         (
             {"objective": {"model": "cnn", "gpus_per_trial": 0}},
             "objective.gpus_per_trial",
-            ["must be >= 1, got 0"],
+            ["must be >= 1 or a fraction of one device (1/2, 1/4, 1/8), got 0"],
         ),
         (
             {"objective": {"model": "cnnn"}},
@@ -499,7 +502,16 @@ def test_content_errors_name_the_file_as_given(
         ({"cluster": {"gpus": [0, 0]}}, "cluster.gpus", ["distinct"]),
         ({"cluster": {"gpus": [0, -1]}}, "cluster.gpus", ["non-negative", "-1"]),
         ({"cluster": {"gpus": "all"}}, "cluster.gpus", ["'auto', 'none' or a list", "'all'"]),
-        ({"cluster": {"scheduler": 8786}}, "cluster.scheduler", ["expected a string, got 8786"]),
+        ({"cluster": {"address": 8786}}, "cluster.address", ["expected a string, got 8786"]),
+        ({"share": {"weight": 0}}, "share.weight", ["must be > 0, got 0"]),
+        ({"share": {"priority": "urgent"}}, "share.priority", ["unknown priority", "high"]),
+        ({"share": {"max_devices": 0}}, "share.max_devices", [">= 1"]),
+        ({"share": {"wieght": 2}}, "share.wieght", ["did you mean 'weight'?"]),
+        (
+            {"cluster": {"address": "tcp://h:1", "scheduler": "tcp://h:1"}},
+            "cluster.scheduler",
+            ["renamed cluster.address, which is also given"],
+        ),
         ({"tracking": {"mlflow_uri": 3}}, "tracking.mlflow_uri", ["expected a string, got 3"]),
         ({"storage": 3}, "storage", ["expected an Optuna storage URL, got 3"]),
     ],
@@ -511,6 +523,21 @@ def test_bad_value_is_one_precise_line(
     assert line.startswith(f"<study>: {field}: "), line
     for word in words:
         assert word in line, (word, line)
+
+
+def test_share_and_the_renamed_scheduler_key() -> None:
+    from hpsearch.exceptions import SpecRenamed
+
+    spec = StudySpec.from_dict(minimal())
+    assert (spec.share.weight, spec.share.priority, spec.share.max_devices) == (1, "normal", None)
+    assert "share" not in spec.to_dict()  # the default is not written (nor hashed)
+    shared = StudySpec.from_dict(minimal(share={"weight": 2, "priority": "HIGH", "max_devices": 3}))
+    assert shared.to_dict()["share"] == {"weight": 2.0, "priority": "high", "max_devices": 3}
+    assert StudySpec.from_dict(shared.to_dict()).to_dict() == shared.to_dict()
+    with pytest.warns(SpecRenamed, match="cluster.scheduler is renamed cluster.address"):
+        old = StudySpec.from_dict(minimal(cluster={"scheduler": "tcp://h:8786"}))
+    assert old.cluster.address == "tcp://h:8786"
+    assert old.to_dict()["cluster"]["address"] == "tcp://h:8786"
 
 
 def test_space_key_also_in_params() -> None:
@@ -557,7 +584,7 @@ def test_cmaes_needs_its_package() -> None:
             "step",
         ),
         ("search", {"search": {"n_trial": 3}}, "search.n_trial", "n_trials"),
-        ("cluster", {"cluster": {"schedular": "x"}}, "cluster.schedular", "scheduler"),
+        ("cluster", {"cluster": {"adress": "x"}}, "cluster.adress", "address"),
         ("tracking", {"tracking": {"experimnt": "x"}}, "tracking.experimnt", "experiment"),
     ],
 )
@@ -572,7 +599,7 @@ def test_unknown_keys_at_every_level(
 def test_unknown_key_lists_the_allowed_keys() -> None:
     line = one_problem(minimal(cluster={"zzz": 1}))
     assert line == (
-        "<study>: cluster.zzz: unknown key (allowed: scheduler, n_workers, gpus, slots, "
+        "<study>: cluster.zzz: unknown key (allowed: address, n_workers, gpus, slots, "
         "backend, slurm, kubernetes, adapt, storage_access, tls, metrics)"
     )
 
@@ -695,7 +722,7 @@ def test_overrides_by_alias_and_dotted_key() -> None:
     assert spec.search.seed == 5
     assert spec.search.max_concurrent == 2
     assert spec.cluster.n_workers == 4
-    assert spec.cluster.scheduler == "tcp://h:8786"
+    assert spec.cluster.address == "tcp://h:8786"
     assert spec.cluster.gpus == [0, 1]
     assert spec.tracking.mlflow_uri == "sqlite:///m.db"
     assert spec.tracking.experiment == "e"

@@ -47,6 +47,8 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
     spec = StudySpec.from_yaml(path)
     client = dask_client if spec.trial_size == 1 else None
     overrides: dict = {"n_trials": 2, "epochs": 2}
+    if "max_chars" in spec.objective.dataset:  # a text study: a smaller slice of its corpus
+        overrides["objective.dataset"] = {**spec.objective.dataset, "max_chars": 20000}
     if spec.search.scheduler == "pbt":  # a population of the 2 trials, exploiting after epoch 1
         overrides["search.pbt"] = {**spec.search.pbt.model_dump(), "population": 2}
         overrides["search.pbt"]["interval_epochs"] = 1

@@ -126,7 +126,7 @@ def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
         with Client(address, timeout=60, security=security(SimpleNamespace(**tls))) as client:
             client.wait_for_workers(1, timeout=90)
         spec = user_spec("secure", "hpsearch.testing.objectives:staircase", n_trials=3)
-        spec["cluster"] = {"scheduler": address, "tls": tls}
+        spec["cluster"] = {"address": address, "tls": tls}
         result = Study(spec, run_dir=run_dir).run(progress=False)
         assert result.progress.ended == 3 and result.progress.failed == 0
         assert _refused(address), "a client without the certificates is refused"

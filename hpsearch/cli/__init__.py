@@ -24,6 +24,7 @@ from hpsearch.cli._common import (
     _redact,
     _user_error,
 )
+from hpsearch.cli._pool import pool_app
 from hpsearch.cli._views import best, report, status, ui
 from hpsearch.cli._worker import worker
 from hpsearch.pareto import describe_goal
@@ -37,11 +38,25 @@ app = typer.Typer(
 
 
 def _load(file: Path, overrides: dict[str, Any]) -> Any:
+    """The study file, validated; a renamed key it uses is one ``note:`` line on stderr."""
+    import warnings
+
+    from hpsearch.exceptions import SpecRenamed
     from hpsearch.spec import StudySpec
 
-    return StudySpec.from_yaml(
-        file, overrides={k: v for k, v in overrides.items() if v is not None}
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpecRenamed)
+        spec = StudySpec.from_yaml(
+            file, overrides={k: v for k, v in overrides.items() if v is not None}
+        )
+    for warning in caught:
+        if issubclass(warning.category, SpecRenamed):
+            _console(stderr=True).print(f"[yellow]note:[/] {warning.message}", soft_wrap=True)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    return spec
 
 
 @app.command()
@@ -78,8 +93,11 @@ def run(
     mlflow_uri: str | None = typer.Option(
         None, "--mlflow-uri", help="Override the MLflow tracking URI."
     ),
-    scheduler: str | None = typer.Option(
-        None, "--scheduler", help="Address of an existing Dask scheduler."
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        "--scheduler",
+        help="Address of an existing Dask scheduler or pool (--scheduler: its former name).",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -99,7 +117,7 @@ def run(
                 "epochs": epochs,
                 "storage": storage,
                 "mlflow_uri": mlflow_uri,
-                "scheduler": scheduler,
+                "address": address,
             },
         )
     except HpsearchError as exc:
@@ -190,6 +208,7 @@ app.command()(best)
 app.command()(status)
 app.command()(report)
 app.command()(ui)
+app.add_typer(pool_app, name="pool")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ def worker(
     gpus: str = typer.Option(
         "auto", "--gpus", help="GPUs of this node: auto, none, or a list such as 0,1,2,3."
     ),
-    gpus_per_trial: int = typer.Option(
-        1, "--gpus-per-trial", help="Size of each worker's GPU set (one worker per set)."
+    gpus_per_trial: str = typer.Option(
+        "1",
+        "--gpus-per-trial",
+        help="Size of each worker's GPU set (one worker per set), or 1/2, 1/4, 1/8: that "
+        "many workers share each device.",
     ),
     mixed_sizes: bool = typer.Option(
         False,
@@ -49,9 +53,11 @@ def worker(
     import socket
 
     from hpsearch.cluster import discover_gpus, nvml_links, worker_specs
+    from hpsearch.cluster._gpus import device_count
     from hpsearch.exceptions import HpsearchError
 
     try:
+        size = device_count(gpus_per_trial)
         if gpus == "none":
             devices = None
         elif gpus == "auto":
@@ -67,7 +73,7 @@ def worker(
                 ) from None
         specs, plan = worker_specs(
             gpus=devices,
-            gpus_per_trial=gpus_per_trial,
+            gpus_per_trial=size,
             mixed_sizes=mixed_sizes,
             n_slots=slots,
             links=nvml_links(devices) if devices else None,
@@ -101,6 +107,18 @@ def worker(
     asyncio.run(_serve_workers(scheduler, specs))
 
 
+def _forward(nannies: list[Any], signum: int) -> None:
+    """Send ``signum`` to each nanny's worker process."""
+    import os
+
+    for nanny in nannies:
+        process = getattr(getattr(nanny, "process", None), "process", None)
+        pid = getattr(process, "pid", None)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+
 async def _serve_workers(scheduler: str, specs: dict[str, Any]) -> None:
     import asyncio
 
@@ -116,6 +134,9 @@ async def _serve_workers(scheduler: str, specs: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # SLURM's warning before a job ends (--signal=B:USR1@N): each worker's trials checkpoint
+    # and yield (see hpsearch.preload), and the workers retire.
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _forward(nannies, signal.SIGUSR1))
     finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)

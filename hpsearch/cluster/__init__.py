@@ -5,7 +5,7 @@ k GPUs, ``SLOT=k`` for k CPU slots on a machine without GPUs. Every trial asks f
 ``{key: gpus_per_trial}``, so the Dask scheduler never puts two trials on one set.
 """
 
-from hpsearch.cluster._base import Capacity, capacity, check_workers, connect
+from hpsearch.cluster._base import WORKER_WAIT_S, Capacity, capacity, check_workers, connect
 from hpsearch.cluster._env import WorkerDevices, cores, lease_devices
 from hpsearch.cluster._gpus import (
     DeviceAllocator,
@@ -23,6 +23,7 @@ SLOT = "SLOT"
 __all__ = [
     "GPU",
     "SLOT",
+    "WORKER_WAIT_S",
     "Capacity",
     "DeviceAllocator",
     "GpuInfo",

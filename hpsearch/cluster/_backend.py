@@ -61,11 +61,12 @@ def dask_log_lengths() -> dict[str, int]:
 BATCH = "batch"
 
 
-def trial_sizes(spec: StudySpec) -> list[int]:
-    """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
+def trial_sizes(spec: StudySpec) -> list[float]:
+    """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched; a
+    fraction of one device where trials are packed)."""
     p = spec.space.get("gpus_per_trial")
     if p is None:
-        return [spec.trial_size]
+        return [spec.trial_devices]
     if p.type == "categorical":
         return sorted({int(cast("float | str", c)) for c in p.choices})
     return list(range(int(p.low), int(p.high) + 1, int(getattr(p, "step", 1) or 1)))

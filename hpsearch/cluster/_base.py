@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,30 +40,42 @@ class Capacity:
         """The most of ``key`` one worker has: the largest trial that can run."""
         return max(self.per_worker.values(), default=0.0)
 
-    def concurrent_trials(self, size: int) -> int:
-        """How many trials of ``size`` devices can run at once."""
+    def concurrent_trials(self, size: float) -> int:
+        """How many trials of ``size`` devices (a fraction, where trials are packed) can run
+        at once: each worker runs as many as its share of ``key`` and its threads allow."""
         if self.key is None:
             return sum(self.n_threads.values())
-        return sum(int(amount // size) for amount in self.per_worker.values())
+        fits = {addr: int(amount // size) for addr, amount in self.per_worker.items()}
+        return sum(min(n, self.n_threads.get(addr) or n) for addr, n in fits.items())
 
-    def check(self, size: int) -> None:
+    def check(self, size: float) -> None:
         """Fail, in one line, when no worker can take a trial of ``size`` devices."""
         if not self.per_worker and not self.n_threads:
             raise ClusterError("the Dask cluster has no workers", needed=size, found=0)
         if self.key is not None and self.concurrent_trials(size) == 0:
             largest = max(self.per_worker.values(), default=0)
             raise ClusterError(
-                f"no worker can run a trial of gpus_per_trial={size}: the largest worker has "
-                f"{self.key}={largest:g} (start workers with --gpus-per-trial {size}, or lower "
-                "objective.gpus_per_trial)",
+                f"no worker can run a trial of gpus_per_trial={size:g}: the largest worker "
+                f"has {self.key}={largest:g} (start workers with --gpus-per-trial {size:g}, or "
+                "lower objective.gpus_per_trial)",
                 needed=size,
                 found=int(largest),
             )
 
 
-def capacity(client: Client) -> Capacity:
-    """Read the workers' resources from the scheduler."""
+#: Seconds a study waits for a worker when it finds none (one restarting after a crash, or
+#: workers that are still joining a cluster just started).
+WORKER_WAIT_S = 30.0
+
+
+def capacity(client: Client, *, wait_s: float = 0.0) -> Capacity:
+    """Read the workers' resources from the scheduler, waiting up to ``wait_s`` seconds for a
+    first worker when there is none."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers and wait_s > 0:
+        with contextlib.suppress(TimeoutError):
+            client.wait_for_workers(1, timeout=wait_s)
+        workers = client.scheduler_info(n_workers=-1)["workers"]
     key = None
     for candidate in RESOURCE_KEYS:
         if any(w.get("resources", {}).get(candidate) for w in workers.values()):

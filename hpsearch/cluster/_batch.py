@@ -31,7 +31,8 @@ BATCH_WORKER_TIMEOUT_S = float(os.environ.get("HPSEARCH_BATCH_WORKER_TIMEOUT_S",
 
 
 def _worker_args(spec: StudySpec, gpus: int, slots: int | None = None) -> list[str]:
-    args = ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", str(spec.trial_size)]
+    size = f"{spec.trial_devices:g}"
+    args = ["--gpus", "auto" if gpus else "none", "--gpus-per-trial", size]
     return [*args, "--slots", str(slots)] if slots and not gpus else args
 
 
@@ -39,7 +40,7 @@ def sets_per_job(spec: StudySpec) -> int:
     """Trials one SLURM job runs at once: its GPUs, or its cores, in sets of the trial size."""
     slurm = spec.cluster.slurm
     assert slurm is not None
-    return max(1, (slurm.gpus_per_node or slurm.cores) // spec.trial_size)
+    return max(1, int((slurm.gpus_per_node or slurm.cores) // spec.trial_devices))
 
 
 def slurm_options(spec: StudySpec) -> dict[str, Any]:
@@ -47,6 +48,12 @@ def slurm_options(spec: StudySpec) -> dict[str, Any]:
     slurm = spec.cluster.slurm
     assert slurm is not None
     directives = [f"--gres=gpu:{slurm.gpus_per_node}"] if slurm.gpus_per_node else []
+    python = slurm.python or sys.executable
+    if slurm.warning_seconds:
+        # The warning goes to the batch shell (B:), which the worker launcher replaces
+        # (exec): it reaches the launcher itself, which hands it to its workers.
+        directives.append(f"--signal=B:USR1@{slurm.warning_seconds}")
+        python = f"exec {python}"
     return {
         "queue": slurm.queue,
         "account": slurm.account,
@@ -57,7 +64,7 @@ def slurm_options(spec: StudySpec) -> dict[str, Any]:
         "job_name": f"hpsearch-{spec.name}",
         "job_extra_directives": directives + list(slurm.job_extra_directives),
         "job_script_prologue": list(slurm.job_script_prologue),
-        "python": slurm.python or sys.executable,
+        "python": python,
         "worker_command": WORKER_MODULE,
         # Without GPUs a job has a slot per core it asked for (not one per core of the node).
         "worker_extra_args": _worker_args(spec, slurm.gpus_per_node, slurm.cores),

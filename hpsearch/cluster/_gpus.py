@@ -42,9 +42,20 @@ class GpuPlan:
     size: int
     sets: tuple[tuple[int, ...], ...]
     leftover: tuple[int, ...] = ()
+    #: What the sets are of: ``GPU``, or ``CPU slot`` on a machine without GPUs.
+    kind: str = "GPU"
+    #: Trials that share one device (``gpus_per_trial`` 1/2, 1/4, 1/8): each set is then one
+    #: device, listed once per trial it takes.
+    packed: int = 1
 
     def describe(self) -> str:
-        text = f"{len(self.sets)} GPU set(s) of {self.size}: " + " ".join(
+        if self.packed > 1:
+            devices = list(dict.fromkeys(s[0] for s in self.sets))
+            return (
+                f"{len(devices)} {self.kind}(s), {self.packed} trials on each "
+                f"(1/{self.packed} of it per trial): " + " ".join(f"[{d}]" for d in devices)
+            )
+        text = f"{len(self.sets)} {self.kind} set(s) of {self.size}: " + " ".join(
             "[" + ",".join(map(str, s)) + "]" for s in self.sets
         )
         if self.leftover:
@@ -244,6 +255,24 @@ def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
 
 
 # ----------------------------------------------------------------------------- planning
+
+
+def device_count(text: str | float, option: str = "--gpus-per-trial") -> float:
+    """A device count from a command line: a whole number >= 1, or 1/2, 1/4, 1/8 of one.
+
+    >>> device_count("1/4"), device_count("2"), device_count(0.5)
+    (0.25, 2.0, 0.5)
+    """
+    from hpsearch._devices import DEVICE_FRACTIONS
+    from hpsearch._devices import device_count as parse
+
+    value = parse(text)
+    if value is None:
+        raise GpuAllocationError(
+            f"{option}: expected a whole number >= 1 or a fraction of one device "
+            f"({', '.join(DEVICE_FRACTIONS)}), got {text!r}"
+        )
+    return float(value)
 
 
 def plan_sets(

@@ -18,6 +18,7 @@ cluster is a ``SpecCluster`` whose workers each get their own. Everything listen
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -62,13 +63,14 @@ def _worker(
     nthreads: int,
     lease: bool,
     resource: str,
+    amount: float | None = None,
 ) -> dict[str, Any]:
     env = worker_env(kind=kind, ids=ids, threads=threads, nthreads=nthreads, lease=lease)
     return {
         "cls": "distributed.Nanny",
         "options": {
             "nthreads": nthreads,
-            "resources": {resource: len(ids)},
+            "resources": {resource: len(ids) if amount is None else amount},
             "env": env,
             "host": "127.0.0.1",
             "dashboard": False,
@@ -82,7 +84,7 @@ def _worker(
 def worker_specs(
     *,
     gpus: Sequence[int] | None,
-    gpus_per_trial: int,
+    gpus_per_trial: float,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,
@@ -94,7 +96,9 @@ def worker_specs(
 
     Args:
         gpus: the node's GPU indices, or ``None`` (or empty) for CPU slots.
-        gpus_per_trial: the set size (the largest size, when ``mixed_sizes``).
+        gpus_per_trial: the set size (the largest size, when ``mixed_sizes``); a fraction
+            of one device (1/2, 1/4, 1/8) packs that many workers on each device, each
+            advertising that fraction and a share of the cores.
         mixed_sizes: trials of different sizes share the node (one leasing worker).
         n_workers: CPU slots only: how many sets to make (default: as many as fit).
         n_slots: CPU slots only: how many slots the node has (default: one per core).
@@ -111,8 +115,16 @@ def worker_specs(
         >>> options = specs["hpsearch-1"]["options"]
         >>> options["env"]["CUDA_VISIBLE_DEVICES"], options["resources"]
         ('2,3', {'GPU': 2})
+        >>> specs, plan = worker_specs(gpus=[0], gpus_per_trial=0.25, n_cores=8)
+        >>> sorted({(o["options"]["env"]["CUDA_VISIBLE_DEVICES"], o["options"]["resources"]["GPU"])
+        ...         for o in specs.values()}), len(specs)
+        ([('0', 0.25)], 4)
     """
     n_cores = n_cores or cores()
+    if gpus_per_trial < 1:
+        packed = _packed_plan(gpus, gpus_per_trial, n_workers=n_workers, n_slots=n_slots or n_cores)
+        return _set_workers(packed, n_cores=n_cores, prefix=prefix, amount=gpus_per_trial), packed
+    gpus_per_trial = int(gpus_per_trial)
     if gpus:
         kind, resource, devices = "cuda", "GPU", list(gpus)
     else:
@@ -130,7 +142,7 @@ def worker_specs(
             found=len(devices),
         )
     if mixed_sizes:
-        plan = GpuPlan(len(devices), (tuple(devices),))
+        plan = GpuPlan(len(devices), (tuple(devices),), kind="GPU" if gpus else "CPU slot")
         return {
             f"{prefix}-0": _worker(
                 f"{prefix}-0",
@@ -149,8 +161,19 @@ def worker_specs(
             plan.sets[:n_workers],
             plan.leftover + tuple(d for s in plan.sets[n_workers:] for d in s),
         )
+    if not gpus:
+        plan = dataclasses.replace(plan, kind="CPU slot")
+    return _set_workers(plan, n_cores=n_cores, prefix=prefix), plan
+
+
+def _set_workers(
+    plan: GpuPlan, *, n_cores: int, prefix: str, amount: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """One worker per set of ``plan``, one trial at a time, the cores shared out equally;
+    each advertises its set's devices, or ``amount`` of its device where trials are packed."""
+    kind, resource = ("cuda", "GPU") if plan.kind == "GPU" else ("cpu", "SLOT")
     threads = max(1, n_cores // max(1, len(plan.sets)))
-    specs = {
+    return {
         f"{prefix}-{i}": _worker(
             f"{prefix}-{i}",
             kind=kind,
@@ -159,16 +182,28 @@ def worker_specs(
             nthreads=1,
             lease=False,
             resource=resource,
+            amount=amount,
         )
         for i, ids in enumerate(plan.sets)
     }
-    return specs, plan
+
+
+def _packed_plan(
+    gpus: Sequence[int] | None, fraction: float, *, n_workers: int | None, n_slots: int
+) -> GpuPlan:
+    """``1 / fraction`` sets on each device, each that device alone: its workers advertise
+    ``fraction`` of it (Dask's resources add up to the whole device), and each trial caps
+    itself to its fraction of the device's memory."""
+    packed = round(1 / fraction)
+    devices = list(gpus) if gpus else list(range(n_slots))
+    sets = tuple((d,) for d in devices for _ in range(packed))[:n_workers]
+    return GpuPlan(1, sets, kind="GPU" if gpus else "CPU slot", packed=packed)
 
 
 def start_local_cluster(
     *,
     gpus: Sequence[int] | None = None,
-    gpus_per_trial: int = 1,
+    gpus_per_trial: float = 1,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,

@@ -1,11 +1,11 @@
 """The back-ends on this machine's side: a local cluster of worker processes, an existing
-Dask scheduler (``cluster.scheduler``), or a ``distributed.Client`` the caller already has."""
+Dask scheduler (``cluster.address``), or a ``distributed.Client`` the caller already has."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.cluster._backend import Backend, trial_sizes
 
@@ -61,12 +61,24 @@ class LocalBackend(Backend):
     def render(self) -> str:
         from hpsearch.cluster._local import worker_specs
 
-        specs, plan = worker_specs(gpus=local_gpus(self.spec), gpus_per_trial=self.spec.trial_size)
+        specs, plan = worker_specs(**self._layout())
         lines = [f"local cluster: {len(specs)} worker processes on 127.0.0.1 ({plan.describe()})"]
         for name, worker in specs.items():
             opts = worker["options"]
             lines.append(f"  {name}: resources {opts['resources']}, env {_env_of(opts)}")
         return "\n".join(lines)
+
+    def _layout(self) -> dict[str, Any]:
+        """The arguments of :func:`~hpsearch.cluster._local.worker_specs` for this study."""
+        cfg = self.spec.cluster
+        sizes = trial_sizes(self.spec)
+        return {
+            "gpus": local_gpus(self.spec),
+            "gpus_per_trial": max(sizes),
+            "mixed_sizes": len(sizes) > 1,
+            "n_workers": None if cfg.n_workers in (None, "auto") else int(cfg.n_workers),
+            "n_slots": None if cfg.slots in (None, "auto") else int(cfg.slots),
+        }
 
     @contextlib.contextmanager
     def start(self) -> Iterator[Client]:
@@ -78,16 +90,10 @@ class LocalBackend(Backend):
 
         cfg = self.spec.cluster
         sec = security(cfg.tls)
-        gpus = local_gpus(self.spec)
-        sizes = trial_sizes(self.spec)
+        layout = self._layout()
+        gpus = layout["gpus"]
         cluster = start_local_cluster(
-            gpus=gpus,
-            gpus_per_trial=max(sizes),
-            mixed_sizes=len(sizes) > 1,
-            n_workers=None if cfg.n_workers in (None, "auto") else int(cfg.n_workers),
-            n_slots=None if cfg.slots in (None, "auto") else int(cfg.slots),
-            links=nvml_links(gpus) if gpus else None,
-            security=sec,
+            **layout, links=nvml_links(gpus) if gpus else None, security=sec
         )
         client = Client(cluster, security=sec)
         try:
@@ -100,12 +106,12 @@ class LocalBackend(Backend):
 
 
 class SchedulerBackend(Backend):
-    """An existing Dask scheduler (``cluster.scheduler``) whose workers were started apart."""
+    """An existing Dask scheduler (``cluster.address``) whose workers were started apart."""
 
     @property
     def address(self) -> str:
-        address = self.spec.cluster.scheduler
-        assert address, "SchedulerBackend needs cluster.scheduler"
+        address = self.spec.cluster.address
+        assert address, "SchedulerBackend needs cluster.address"
         return address
 
     @property
@@ -113,7 +119,7 @@ class SchedulerBackend(Backend):
         return _remote_host(self.address)
 
     def render(self) -> str:
-        address, size = self.address, self.spec.trial_size
+        address, size = self.address, f"{self.spec.trial_devices:g}"
         return (
             f"existing Dask scheduler {address}: trials go to its workers; start them "
             f"on each node with: hpsearch worker {address} --gpus auto --gpus-per-trial {size}"

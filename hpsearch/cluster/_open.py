@@ -44,7 +44,7 @@ def backend_for(spec: StudySpec, *, client: Client | None = None) -> Backend:
         from hpsearch.cluster._batch import KubernetesBackend, SlurmBackend
 
         return SlurmBackend(spec) if backend == "slurm" else KubernetesBackend(spec)
-    if spec.cluster.scheduler:
+    if spec.cluster.address:
         return SchedulerBackend(spec)
     return LocalBackend(spec)
 

@@ -22,7 +22,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("scheduler", nargs="?", default=os.environ.get("DASK_SCHEDULER_ADDRESS"))
     p.add_argument("--name", default=None)
     p.add_argument("--gpus", default="auto")
-    p.add_argument("--gpus-per-trial", type=int, default=1)
+    p.add_argument("--gpus-per-trial", type=float, default=1.0)
     p.add_argument("--slots", type=int, default=None)
     # What dask-jobqueue and the operator add; the launcher decides these itself.
     for flag in (
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         "--gpus",
         args.gpus,
         "--gpus-per-trial",
-        str(args.gpus_per_trial),
+        f"{args.gpus_per_trial:g}",
     ]
     if args.slots:
         cmd += ["--slots", str(args.slots)]

@@ -69,7 +69,7 @@ def load_function(ref: str, *, seed: int, source: Path | None) -> DataSplit:
 
     The function may take ``seed`` (the study's) as a keyword argument.
     """
-    from hpsearch.spec import load_user_objective
+    from hpsearch._imports import load_user_objective
 
     fn = load_user_objective(ref, [Path.cwd(), *([source.parent] if source is not None else [])])
     kwargs = {"seed": seed} if "seed" in inspect.signature(fn).parameters else {}

@@ -61,6 +61,16 @@ class SlurmSpec(_Spec):
     python: _OptStr = Field(
         default=None, description="The Python on the nodes. Default: this one's path."
     )
+    warning_seconds: _Int = Field(
+        default=60,
+        ge=0,
+        description=(
+            "Seconds before a job ends (its walltime, or a preemption where the site gives a "
+            "grace time) that SLURM warns it (#SBATCH --signal=B:USR1@N): its trials write "
+            "their checkpoints, yield, and resume on another job, losing no epoch. 0: no "
+            "warning. Default 60."
+        ),
+    )
 
 
 class KubernetesSpec(_Spec):
@@ -119,9 +129,13 @@ class MetricsSpec(_Spec):
 class ClusterSpec(_Spec):
     """Where trials run."""
 
-    scheduler: _OptStr = Field(
+    address: _OptStr = Field(
         default=None,
-        description="Address of an existing Dask scheduler. Default null: start a local cluster.",
+        description=(
+            "Address of an existing Dask scheduler, such as a pool that several studies share "
+            "(hpsearch pool start). Default null: start a local cluster. (Formerly "
+            "cluster.scheduler, which still works.)"
+        ),
     )
     n_workers: _AutoOrInt = Field(
         default="auto",
@@ -146,7 +160,7 @@ class ClusterSpec(_Spec):
     ] = Field(
         default="local",
         description=(
-            "local (worker processes on this machine, or cluster.scheduler's workers), slurm or "
+            "local (worker processes on this machine, or cluster.address's workers), slurm or "
             "kubernetes. Default local."
         ),
     )
@@ -202,7 +216,7 @@ def _check_backend(cluster: Any, problems: Any, storage: Any = None) -> None:
                 "cluster.adapt",
                 f"minimum ({cluster.adapt.minimum}) must be <= maximum ({cluster.adapt.maximum})",
             )
-    if cluster.tls == "auto" and (cluster.scheduler or cluster.backend != "local"):
+    if cluster.tls == "auto" and (cluster.address or cluster.backend != "local"):
         problems.add(
             "cluster.tls",
             "'auto' is for the local cluster only; give {ca_file, cert, key} for other machines",
@@ -221,8 +235,8 @@ def _check_backend(cluster: Any, problems: Any, storage: Any = None) -> None:
             "direct needs a database URL in storage (e.g. postgresql+psycopg://...); "
             "a journal file stays with the coordinator",
         )
-    if cluster.backend != "local" and cluster.scheduler:
+    if cluster.backend != "local" and cluster.address:
         problems.add(
-            "cluster.scheduler",
+            "cluster.address",
             f"not used with backend: {cluster.backend} (it starts its own scheduler)",
         )

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
+from hpsearch._devices import DEVICE_FRACTIONS, device_count
+
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _BYTES_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?$", re.IGNORECASE)
@@ -62,6 +64,20 @@ def _expect_int(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(f"expected an integer, got {_show(value)}")
     return value
+
+
+def _expect_devices(value: Any) -> Any:
+    """A device count: a whole number >= 1, or a fraction of one device (1/2, 1/4, 1/8)."""
+    found = device_count(value)
+    if found is not None:
+        return found
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise _fail(f"must be >= 1 or a fraction of one device (1/2, 1/4, 1/8), got {value}")
+    raise _fail(
+        f"expected a whole number of devices (>= 1) or a fraction of one device "
+        f"({', '.join(DEVICE_FRACTIONS)}, or {', '.join(map(str, DEVICE_FRACTIONS.values()))}), "
+        f"got {_show(value)}"
+    )
 
 
 def _expect_float(value: Any) -> Any:
@@ -196,6 +212,7 @@ def _choice(kind: str, allowed: Sequence[str]) -> Callable[[Any], Any]:
 
 
 _Int = Annotated[int, BeforeValidator(_expect_int)]
+_Devices = Annotated[int | float, BeforeValidator(_expect_devices)]
 _Float = Annotated[float, BeforeValidator(_expect_float)]
 _Bool = Annotated[bool, BeforeValidator(_expect_bool)]
 _Str = Annotated[str, BeforeValidator(_expect_str)]

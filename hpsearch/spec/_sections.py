@@ -13,6 +13,7 @@ from hpsearch.data import _catalog
 from hpsearch.spec._messages import (
     _Bytes,
     _choice,
+    _Devices,
     _did_you_mean,
     _expect_float,
     _expect_int,
@@ -266,8 +267,13 @@ class ObjectiveSpec(_Spec):
     precision: Annotated[
         Precision, BeforeValidator(_choice("precision", [p.value for p in Precision]))
     ] = Field(default=Precision.AUTO, description="fp32 | bf16 | fp16 | auto. Default auto.")
-    gpus_per_trial: _Int = Field(
-        default=1, ge=1, description="GPUs (or CPU slots) per trial. Default 1."
+    gpus_per_trial: _Devices = Field(
+        default=1,
+        description=(
+            "GPUs (or CPU slots) per trial, or a fraction of one (1/2, 1/4, 1/8): that many "
+            "trials share a device, each in its own process with its fraction of the device's "
+            "memory (and, on CPU slots, of its threads). Default 1."
+        ),
     )
     parallel: Annotated[ParallelSpec, BeforeValidator(_parallel_shorthand)] = Field(
         default_factory=ParallelSpec,

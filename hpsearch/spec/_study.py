@@ -47,6 +47,7 @@ from hpsearch.spec._sections import (
     TrackingSpec,
     default_direction,
 )
+from hpsearch.spec._share import ShareSpec, _check_searched_sizes, _renamed_cluster_keys
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _NO_FILE = "<study>"
@@ -91,9 +92,12 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
         "search": SearchSpec,
         "cluster": ClusterSpec,
         "tracking": TrackingSpec,
+        "share": ShareSpec,
     }
     for key, model in sections.items():
         raw = data.get(key)
+        if key == "cluster":
+            raw = _renamed_cluster_keys(raw, problems, label)
         if raw is None and key == "objective":
             problems.add("objective", "required; at least objective.model")
             out[key] = None
@@ -151,6 +155,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
             )
     if objective is not None and space_ok:
         _check_parallel(objective, space, problems)
+    _check_searched_sizes(space, problems)
     sampler = strategies.get("sampler", SamplerSpec(name="tpe"))
     if sampler is not None:
         _check_sampler(sampler, space, space_ok, problems)
@@ -191,6 +196,10 @@ class StudySpec(_Spec):
     )
     search: SearchSpec = Field(
         default_factory=SearchSpec, description="Search settings. Defaults as in SearchSpec."
+    )
+    share: ShareSpec = Field(
+        default_factory=ShareSpec,
+        description="The study's share of a pool that several studies use. Default weight 1.",
     )
     cluster: ClusterSpec = Field(
         default_factory=ClusterSpec, description="Cluster settings. Defaults: all auto/null."
@@ -353,6 +362,8 @@ class StudySpec(_Spec):
                 data["search"].pop(key)
         if scheduler == "none":
             data["search"].pop("scheduler")
+        if data["share"] == ShareSpec().model_dump(mode="json"):
+            data.pop("share")  # a study's share of a pool is said only where it is not 1
         if data["cluster"].get("metrics") == MetricsSpec().model_dump(mode="json"):
             # Where the study is watched from is not what it is: the spec_hash stays as it was.
             data["cluster"].pop("metrics")
@@ -372,7 +383,10 @@ class StudySpec(_Spec):
     @property
     def spec_hash(self) -> str:
         """First 12 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        data = self.to_dict()
+        # Hashed under the cluster key's former name, so that renaming it changed no hash.
+        data["cluster"]["scheduler"] = data["cluster"].pop("address")
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @property
@@ -387,7 +401,19 @@ class StudySpec(_Spec):
         When ``gpus_per_trial`` is searched, each trial's own size comes from its parameters;
         this is then the size of a trial that does not say.
         """
-        return int(self.objective.gpus_per_trial or 1)
+        return max(1, int(self.objective.gpus_per_trial or 1))
+
+    @property
+    def trial_devices(self) -> float:
+        """Devices one trial holds: ``objective.gpus_per_trial``, a fraction of one device
+        (1/2, 1/4, 1/8) where trials are packed several to a device (its :attr:`trial_size`,
+        the processes it runs, is then 1)."""
+        return float(self.objective.gpus_per_trial or 1)
+
+    @property
+    def packed(self) -> int:
+        """Trials that share one device: 1, or 2, 4, 8 for a fractional ``gpus_per_trial``."""
+        return max(1, round(1 / self.trial_devices))
 
     def parallel_for(self, params: Mapping[str, Any]) -> ParallelSpec:
         """The parallel layout of a trial with ``params``: ``objective.parallel``, with the

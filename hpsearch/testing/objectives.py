@@ -104,8 +104,8 @@ def sleepy(trial: optuna.Trial) -> float:
 
 
 def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
-    """Eight steps of 1.5 seconds, checkpointed after each through the trial's context: a
-    trial run again goes on after its last checkpoint (the steps each start ran are noted)."""
+    """Eight steps of a second, checkpointed after each through the trial's context: a trial
+    run again goes on after its last checkpoint (the steps each start ran are noted)."""
     x = trial.suggest_float("x", 0.0, 1.0)
     state = ctx.load_checkpoint()
     first = int(state["step"]) + 1 if state else 0
@@ -113,7 +113,24 @@ def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
         _note(ctx, trial, f"step {step}")
         trial.report(x + 0.01 * step, step)
         ctx.save_checkpoint({"step": step})
-        time.sleep(1.5)
+        time.sleep(1.0)
+    return x
+
+
+def pooled(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Eight steps, checkpointed after each, each step noted: a trial on a shared pool that
+    can be preempted and resume. A step takes the seconds written in the study folder's file
+    ``step_s``, read at each step (default 0.4: the workers are the pool's, not the study's
+    processes)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    given = ctx.study_dir / "step_s"
+    state = ctx.load_checkpoint()
+    first = int(state["step"]) + 1 if state else 1
+    for step in range(first, 9):
+        time.sleep(float(given.read_text()) if given.exists() else 0.4)
+        _note(ctx, trial, f"step {step}")
+        trial.report(x + 0.01 * step, step)
+        ctx.save_checkpoint({"step": step})
     return x
 
 
@@ -185,6 +202,28 @@ def ranked_sleepy(trial: optuna.Trial, ctx: TrialContext) -> float:
         trial.report(x, step)
         time.sleep(1.0)
     return x
+
+
+def ranked_checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
+    """Six steps of half a second on every rank of a data-parallel trial, ``x + 1/step``
+    agreed by an all-reduce, a checkpoint after each (to be killed and resumed); every rank
+    notes the steps it trains."""
+    import torch
+    import torch.distributed as dist
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    state = ctx.load_checkpoint()
+    first = state["step"] + 1 if state else 1
+    value = float("nan")
+    for step in range(first, 7):
+        _note(ctx, trial, f"step {step}")
+        t = torch.tensor([x + 1.0 / step])
+        dist.all_reduce(t)
+        value = float(t.item()) / dist.get_world_size()
+        trial.report(value, step)
+        ctx.save_checkpoint({"step": step}, step)
+        time.sleep(0.5)
+    return value
 
 
 def record_devices(trial: optuna.Trial, ctx: TrialContext) -> float:

@@ -18,7 +18,16 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 #: MLflow run status for each final Optuna state.
-RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
+RUN_STATUS = {
+    "COMPLETE": "FINISHED",
+    "PRUNED": "FINISHED",
+    "FAIL": "FAILED",
+    # Stopped by Ctrl-C or SIGTERM, not ended: it resumes in the same run.
+    "INTERRUPTED": "KILLED",
+    # Preempted by a study with a better claim on a shared pool: it resumes later, as a
+    # trial a scheduler paused does.
+    "PREEMPTED": "SCHEDULED",
+}
 #: The MLflow status of a trial a scheduler paused (it runs again, or ends PRUNED, later).
 PAUSED_STATUS = "SCHEDULED"
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}

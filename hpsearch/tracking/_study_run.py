@@ -171,6 +171,9 @@ class StudyTracker:
             pruned = trial.user_attrs.get(tag.PRUNE_REASON)
             if pruned and state == "PRUNED":  # a scheduler's decision, made by the coordinator
                 tags[tag.PRUNE_REASON] = str(pruned)[: tag.REASON_LIMIT]
+                for key in (tag.PRUNE_STEP, tag.PRUNE_VALUE):
+                    if trial.user_attrs.get(key) is not None:
+                        tags[key] = str(trial.user_attrs[key])
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             client.update_run(
                 run_id, status=RUN_STATUS[state], name=tag.run_name(trial.number, state)

@@ -72,6 +72,18 @@ FROM_EPOCH = "hpsearch.from_epoch"
 INTERRUPTED = "hpsearch.interrupted"
 #: How many times the trial was interrupted (its starts that were not worker losses).
 INTERRUPTIONS = "hpsearch.interruptions"
+# A trial that yielded its devices on a shared pool to a study with a better claim: still
+# RUNNING in the study (its run SCHEDULED), it resumes from its checkpoint when the pool
+# grants the study devices again.
+#: Why, on its MLflow run and as its Optuna user attribute ("preempted by study X
+#: (priority high)"); the attribute stays after it resumes.
+PREEMPTED = "hpsearch.preempted"
+#: How many times it was preempted.
+PREEMPTIONS = "hpsearch.preemptions"
+#: The outcome a trial's objective returned (``{"state": "COMPLETE", "values": [...]}``), an
+#: Optuna user attribute written before the worker hands it back: a trial the coordinator
+#: never heard of ends with it on its next start, without training again.
+OUTCOME = "hpsearch.outcome"
 
 #: Longest reason kept in a :data:`FAIL_REASON` tag.
 REASON_LIMIT = 5000

@@ -18,12 +18,20 @@ Per epoch, rank 0 logs every rank's numbers (gathered from all ranks):
 and run other trials next), and on CPU by hpsearch: after the first optimizer step every
 rank's parameter + gradient + optimizer-state bytes are gathered, and if one rank's are over
 the cap, every rank raises :class:`~hpsearch.exceptions.TrialOutOfMemory`.
+
+A trial packed with others on one device (``gpus_per_trial`` 1/2, 1/4, 1/8) has that fraction
+of it: on CUDA its allocator is capped at the fraction of the device's memory (of
+``max_memory_per_device``, where that is set), for built-in models and user objectives alike
+(:func:`device_share`); on CPU slots a built-in trial's cap is that fraction of
+``max_memory_per_device``. Over it, the trial fails alone: its neighbours are other processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.exceptions import TrialOutOfMemory
@@ -78,6 +86,22 @@ def _gather(value: Any, world_size: int) -> list[Any]:
     return out
 
 
+@contextlib.contextmanager
+def device_share(device: str, share: float) -> Iterator[None]:
+    """Cap this process's CUDA allocator at ``share`` of ``device`` while the block runs (a
+    trial packed with others on it); nothing on CPU or for a whole device."""
+    if share >= 1 or not device.startswith("cuda"):
+        yield
+        return
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(share, torch.device(device))
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, torch.device(device))
+
+
 class MemoryMonitor:
     """Counts, gathers and caps one trial's memory per rank (a context manager: the CUDA cap
     is undone on exit)."""
@@ -91,12 +115,14 @@ class MemoryMonitor:
         world_size: int,
         cap: int | None,
         strategy: str,
+        share: float = 1.0,
     ) -> None:
         self.trainer = trainer
         self.device = device
         self.rank = rank
         self.world_size = world_size
-        self.cap = cap
+        self.share = min(1.0, share)  # of the device, where trials are packed on it
+        self.cap = None if cap is None else int(cap * self.share)
         self.strategy = strategy
         self.state_bytes: list[int] | None = None  # per rank, after the first step
         self._hooks: list[Any] = []
@@ -106,9 +132,10 @@ class MemoryMonitor:
 
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-            if self.cap is not None:
+            if self.cap is not None or self.share < 1:
                 total = torch.cuda.get_device_properties(self.device).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, self.cap / total), self.device)
+                fraction = self.share if self.cap is None else min(1.0, self.cap / total)
+                torch.cuda.set_per_process_memory_fraction(fraction, self.device)
         else:
             _reset_peak_rss()
         _, optimizers = _modules_and_optimizers(self.trainer)
@@ -120,7 +147,7 @@ class MemoryMonitor:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        if self.device.type == "cuda" and self.cap is not None:
+        if self.device.type == "cuda" and (self.cap is not None or self.share < 1):
             import torch
 
             torch.cuda.set_per_process_memory_fraction(1.0, self.device)
@@ -142,7 +169,12 @@ class MemoryMonitor:
             raise TrialOutOfMemory(
                 f"parameters + gradients + optimizer state take {_mib(needed)} on rank {worst} "
                 f"of {self.world_size} ({self.strategy}), over "
-                f"objective.max_memory_per_device {_mib(self.cap)}"
+                + (
+                    f"objective.max_memory_per_device {_mib(self.cap)}"
+                    if self.share == 1
+                    else f"its 1/{round(1 / self.share)} of objective.max_memory_per_device "
+                    f"({_mib(self.cap)}; gpus_per_trial {self.share:g})"
+                )
                 + (
                     "; parallel: fsdp (or pipeline, for a model that can be cut) splits them "
                     "over the set"

@@ -3,7 +3,10 @@
 It is an ordinary Optuna objective ``(trial, ctx) -> float``, run by the same runner as a
 user's own objective. Each epoch, in this order: train, evaluate, log, report to Optuna, ask
 the pruner, checkpoint (every ``objective.checkpoint_interval`` seconds at most). A trial
-that runs again resumes after its last checkpoint and does not report an epoch twice.
+that runs again resumes after its last checkpoint and does not report an epoch twice; one
+whose checkpoint is of its last epoch (its end was never told) ends with that epoch's value,
+training nothing. When the run asks its trials to stop (Ctrl-C), a trial stops at the end of
+its epoch, its checkpoint written (:class:`~hpsearch._stopfile.TrialStopped`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from hpsearch._faults import active as faults_active
+from hpsearch._faults import fault_point
 from hpsearch.exceptions import MetricNotReported, TrialDiverged
 from hpsearch.tracking import tag
 
@@ -87,6 +92,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     first_epoch = 1
     history: dict[int, dict[str, float]] = {}
     if state is not None:
+        fault_point("in_resume_load", trial.number, int(state["epoch"]), study_dir=_dir(ctx))
         if "trainer" in state:
             trainer.load_state_dict(state["trainer"])
         # The trial's parameters set the optimizers (a continuation's are perturbed); the
@@ -122,7 +128,13 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
         world_size=ctx.world_size,
         cap=spec.objective.max_memory_per_device,
         strategy=strategy,
+        share=spec.trial_devices,
     )
+    if first_epoch > spec.objective.epochs:  # its last epoch is done: its end was not told
+        from hpsearch.pareto import apply_constraints
+
+        apply_constraints(trial, spec, _last_metrics(spec, history, value))
+        return value
     with monitor:
         value = _epochs(
             trial, ctx, trainer, data, checkpoints, first_epoch, value, history, monitor, n_params
@@ -131,6 +143,29 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     if trainer.skipped_steps:
         ctx.log_metrics({"amp_skipped_steps": trainer.skipped_steps}, step=spec.objective.epochs)
     return value
+
+
+def _dir(ctx: TrialContext) -> str:
+    return str(ctx.study_dir)
+
+
+def _last_metrics(spec: Any, history: dict[int, dict[str, float]], value: Any) -> dict[str, Any]:
+    """Every metric of the last epoch, as it computed them (its history keeps all but the
+    objectives' values, which the checkpoint keeps apart)."""
+    metrics: dict[str, Any] = dict(history[max(history)]) if history else {}
+    if spec.is_multi_objective:
+        metrics.update(zip(spec.metrics, value, strict=False))
+    else:
+        metrics[spec.metric] = value
+    return metrics
+
+
+def _stop_asked(ctx: TrialContext) -> bool:
+    """Whether the run asks its trials to stop (rank 0 looks; every rank follows)."""
+    from hpsearch.interruption import stop_requested
+
+    asked = stop_requested(ctx.study_dir, ctx.trial_number) if ctx.is_main else None
+    return bool(_broadcast(asked, ctx))
 
 
 def _epochs(
@@ -212,16 +247,25 @@ def _epochs(
         due = _due(checkpoints, checkpoints is not None and now - last_checkpoint >= interval)
         if getattr(trainer, "collective_state", False):  # its state_dict is a collective
             due = bool(_broadcast(due, ctx))
-        if due:
+        last = epoch == spec.objective.epochs
+        stop = not last and _stop_asked(ctx)
+        if due or (stop and spec.objective.checkpoint_interval is not None):
             _reports_in_study(trial)
             _save(
                 checkpoints,
                 trainer,
                 {"epoch": epoch, "value": value, "metrics": history},
-                background=True,
+                background=not stop,
             )
             last_checkpoint = now
-    apply_constraints(trial, spec, everything)
+            if faults_active() and checkpoints is not None:
+                checkpoints.wait()  # a test's fault after the checkpoint: it is on disk
+                fault_point("after_checkpoint", trial.number, epoch, study_dir=_dir(ctx))
+        if stop:
+            from hpsearch._stopfile import TrialStopped
+
+            raise TrialStopped(epoch)
+    apply_constraints(trial, spec, _last_metrics(spec, history, value))
     return value
 
 

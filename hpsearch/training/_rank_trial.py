@@ -14,7 +14,7 @@ import optuna
 from hpsearch.cluster._env import ENV_THREADS, WorkerDevices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory
 from hpsearch.training._runner import _objective, _wants_context, execute
-from hpsearch.training._tracked_trial import DistributedTrial
+from hpsearch.training._tracked_trial import DistributedTrial, TrialStopped
 from hpsearch.trial import TrialContext, TrialOutcome, TrialTask
 
 
@@ -103,8 +103,13 @@ def _follow(
         stop_at=task.stop_at,
     )
     objective = _objective(task)
-    trial = DistributedTrial(None, number=task.trial_number)
+    trial = DistributedTrial(
+        None,
+        number=task.trial_number,
+        study_dir=task.study_dir,
+        stop_on_report=task.spec.is_user_objective or task.objective is not None,
+    )
     # Rank 0 records the decision (a memory cap is checked on numbers gathered from every
     # rank, so rank 0 raises it too).
-    with contextlib.suppress(optuna.TrialPruned, TrialDiverged, TrialOutOfMemory):
+    with contextlib.suppress(optuna.TrialPruned, TrialDiverged, TrialOutOfMemory, TrialStopped):
         objective(trial, ctx) if _wants_context(objective) else objective(trial)

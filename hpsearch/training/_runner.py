@@ -8,8 +8,7 @@ every report is mirrored to the trial's MLflow run. The runner never raises for 
 own failure: it returns a :class:`~hpsearch.trial.TrialOutcome` and the coordinator tells
 Optuna.
 
-The functions Dask runs by name on the workers: :func:`run_trial`, :func:`flush_tracking`,
-:func:`spool_tracking`; a rank process runs :func:`~hpsearch.training._rank_trial.run_rank`.
+Dask runs :func:`run_trial`, :func:`flush_tracking`, :func:`spool_tracking` on the workers.
 """
 
 from __future__ import annotations
@@ -27,18 +26,28 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from hpsearch import _warm
+from hpsearch._faults import fault_point
 from hpsearch._optuna import cached_trial
+from hpsearch._stopfile import ending, running, take_yield
 from hpsearch.cluster._env import WorkerDevices, lease_devices, release_memory
 from hpsearch.exceptions import TrialDiverged, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.storage import open_storage, proxy_client, study_known
 from hpsearch.tracking import TrialRun, tag
 from hpsearch.training._continuation import continue_parent, lineage_tags
+from hpsearch.training._memory import device_share
+from hpsearch.training._resume import (
+    ended_before,
+    finished_values,
+    pause_reached,
+    record_outcome,
+)
 from hpsearch.training._tracked_trial import (
     DistributedTrial,
     TrackedTrial,
     TrialPaused,
-    step_reported,
+    TrialStopped,
 )
 from hpsearch.trial import TrialContext, TrialOutcome, TrialTask
 
@@ -96,7 +105,7 @@ def _objective(task: TrialTask) -> Callable[..., float]:
         return task.objective
     spec = task.spec
     if spec.is_user_objective:
-        from hpsearch.spec import load_user_objective
+        from hpsearch._imports import load_user_objective
 
         return load_user_objective(spec.objective.model, task.search_paths)
     from hpsearch.training._objective import builtin_objective
@@ -115,13 +124,17 @@ def _wants_context(fn: Callable[..., Any]) -> bool:
 
 def trial_size(task: TrialTask) -> int:
     """How many devices this trial trains across."""
-    return int(task.size or task.spec.trial_size)
+    return max(1, int(task.size or task.spec.trial_size))
 
 
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial on this worker's devices and say how it ended (never raises for the trial)."""
+    _warm.wait()  # the imports this worker started: never the same import on two threads
     try:
-        return _run_trial(task)
+        with running(task.study_dir, task.trial_number):
+            outcome = _run_trial(task)
+        outcome.retire = ending()  # its worker's batch job ends: the coordinator retires it
+        return outcome
     finally:
         release_memory()  # what Dask's malloc trim threshold was for, once a trial
 
@@ -135,10 +148,10 @@ def _run_trial(task: TrialTask) -> TrialOutcome:
         if missing is not None:
             return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
-        if (size == 1 and task.spec.objective.trial_timeout is None) or _pause_reached(task):
+        if (size == 1 and task.spec.objective.trial_timeout is None) or _trained_before(task):
             # In the worker's own process: no start-up at all. A trial with a time limit
             # runs in a rank process instead, which can be killed when the limit passes; one
-            # that already reached its pause trains nothing, so it needs no ranks.
+            # that already reached its pause or its end trains nothing, so it needs no ranks.
             return execute(
                 task,
                 devices=devices,
@@ -149,19 +162,15 @@ def _run_trial(task: TrialTask) -> TrialOutcome:
         return _run_ranks(task, devices, ids, threads)
 
 
-def _pause_reached(task: TrialTask) -> bool:
-    """Whether an earlier attempt of this resumed trial already reported the step it is to
-    pause at (its coordinator stopped before it heard of the pause, and a new one sent it
-    again): it pauses there again and trains nothing, rather than train past its rung."""
-    if not task.resume or task.stop_at is None:
+def _trained_before(task: TrialTask) -> bool:
+    """Whether an earlier attempt of this resumed trial already reached its pause or its end
+    (see :mod:`hpsearch.training._resume`): it trains nothing, so it needs no ranks."""
+    if not task.resume:
         return False
     from hpsearch._optuna import storage_of
 
-    try:
-        frozen = storage_of(_worker_study(task)).get_trial(task.trial_id)
-    except Exception:  # the study is unreachable: the trial's own run records why
-        return False
-    return step_reported(frozen, task.stop_at, several=len(task.spec.metrics) > 1)
+    storage = storage_of(_worker_study(task))
+    return pause_reached(task, storage) or ended_before(task, storage)
 
 
 def _run_ranks(
@@ -269,6 +278,7 @@ def execute(
     except Exception:  # the study is unreachable: the run below records why
         study, attempt = None, 1
     resumed = task.resume or attempt > 1
+    own_loop = spec.is_user_objective or task.objective is not None  # not the built-in one
     # The trial's latest throughput, where the study's metrics poller finds it.
     figures = trial_figures(task.study_name, task.trial_number)
     run = TrialRun(
@@ -297,12 +307,21 @@ def execute(
             metrics=spec.metrics,
             stop_at=task.stop_at,
             relative=task.relative,
+            study_dir=task.study_dir,
+            stop_on_report=own_loop and world_size == 1,
         )
         if world_size == 1 and tracked.pause_reached():
             # Trained up to its pause already (run_trial checks a trial of several ranks).
             raise TrialPaused(int(task.stop_at or 0))
         trial: Any = (
-            tracked if world_size == 1 else DistributedTrial(tracked, number=task.trial_number)
+            tracked
+            if world_size == 1
+            else DistributedTrial(
+                tracked,
+                number=task.trial_number,
+                study_dir=task.study_dir,
+                stop_on_report=own_loop,
+            )
         )
         run.log_params({**spec.objective.params, **tracked.params})
         ctx = TrialContext(
@@ -322,10 +341,18 @@ def execute(
             figures=figures,
             reports_written=trial.flush_reports,
         )
-        objective = _objective(task)
-        if "torch" in sys.modules:  # as its environment says, whatever imported torch first
-            sys.modules["torch"].set_num_threads(ctx.n_threads)
-        value: Any = objective(trial, ctx) if _wants_context(objective) else objective(trial)
+        finished = (
+            finished_values(task, cached_trial(tracked)) if resumed and world_size == 1 else None
+        )
+        if finished is not None:  # it ran to its end before: nothing to train
+            value: Any = finished if spec.is_multi_objective else finished[0]
+        else:
+            objective = _objective(task)
+            if "torch" in sys.modules:  # as its environment says, whatever imported torch first
+                sys.modules["torch"].set_num_threads(ctx.n_threads)
+            share = spec.trial_devices if own_loop else 1.0  # built-ins: MemoryMonitor
+            with device_share(local[0], share):  # packed with other trials on its device
+                value = objective(trial, ctx) if _wants_context(objective) else objective(trial)
         if spec.is_multi_objective or spec.constraints:
             from hpsearch.pareto import apply_constraints, objective_values
 
@@ -342,6 +369,14 @@ def execute(
                     f"objective returned {value}", step=tracked.last_step, value=value
                 )
             outcome.state, outcome.value = "COMPLETE", value
+        record_outcome(tracked, outcome)
+        fault_point("after_return", task.trial_number, tracked.last_step or 0)
+    except TrialStopped as exc:  # the run asked its trials to stop: not ended, resumes later
+        outcome.state, outcome.last_step = "INTERRUPTED", exc.step
+        preempted = take_yield(task.study_dir, task.trial_number)
+        if preempted is not None:  # this trial alone, for another study on the pool
+            outcome.state, outcome.reason = "PREEMPTED", preempted
+            run.set_tags({tag.PREEMPTED: preempted})
     except optuna.TrialPruned as exc:
         paused = _paused_at(tracked, exc)
         if paused is not None and tracked is not None:
@@ -357,6 +392,7 @@ def execute(
             else:
                 outcome.value = frozen.intermediate_values.get(paused)
             run.set_tags({tag.PAUSED_AT: paused})
+            fault_point("in_pause", task.trial_number, paused, study_dir=task.study_dir)
             if spec.search.scheduler == "pbt":  # kept for the continuations of this epoch
                 from hpsearch.training._checkpoint import snapshot
 
@@ -433,7 +469,7 @@ def _finish(
     outcome.extra.update(figures)
     end_trial(task.study_name, task.trial_number)
     run.finish(outcome.state)
-    if outcome.state == "PAUSED":
+    if outcome.state in ("PAUSED", "INTERRUPTED", "PREEMPTED"):
         # The trial goes on later, maybe on another worker, which finds its run by the trial
         # number: the run must be in the store by then (a short attempt's run is created only
         # as it ends), or the next attempt would create a second one.

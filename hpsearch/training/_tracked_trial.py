@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 
+from hpsearch._faults import fault_point
 from hpsearch._optuna import cached_trial, give_relative_sample
+from hpsearch._stopfile import TrialStopped
 from hpsearch.exceptions import TrialDiverged
 from hpsearch.pruning import explain_prune
 
@@ -65,8 +67,14 @@ class TrackedTrial(optuna.Trial):
         metrics: Sequence[str] | None = None,
         stop_at: int | None = None,
         relative: Mapping[str, tuple[Any, Any]] | None = None,
+        study_dir: str | None = None,
+        stop_on_report: bool = False,
     ) -> None:
         super().__init__(study, trial_id)
+        self.study_dir = study_dir
+        # A user objective stops at a report when the run asks (a built-in one at an epoch's
+        # end, with its checkpoint: see hpsearch.training._objective).
+        self.stop_on_report = stop_on_report
         if relative:  # drawn by the coordinator (TrialTask.relative)
             give_relative_sample(self, relative)
         self.stop_at = stop_at  # a scheduler's pause: should_prune says True from this step
@@ -111,7 +119,20 @@ class TrackedTrial(optuna.Trial):
         The value is in this trial's view at once (``should_prune`` sees it); its write to
         the study is queued, and :meth:`flush_reports` (called before the trial's result is
         returned) waits for it. A step reported before (by an earlier attempt) is skipped.
+        When the run asks its trials to stop, a user objective's report raises
+        :class:`TrialStopped` instead (the step is not reported: it trains again later).
         """
+        step = int(step)
+        fault_point("before_report", self.number, step, study_dir=self.study_dir)
+        if self.stop_on_report:
+            from hpsearch.interruption import stop_requested
+
+            if stop_requested(self.study_dir):  # a yield waits for the next checkpoint
+                raise TrialStopped(self.last_step)
+        self._report(value, step)
+        fault_point("after_report", self.number, step, study_dir=self.study_dir)
+
+    def _report(self, value: Any, step: int) -> None:
         if self._metrics is not None:
             self._report_values(value, int(step))
             return
@@ -151,6 +172,12 @@ class TrackedTrial(optuna.Trial):
     def flush_reports(self) -> None:
         """Wait until every report is in the study; raise if one could not be written."""
         self._reports.flush()
+
+    def queue_user_attr(self, key: str, value: Any) -> None:
+        """Set a user attribute as a report is written: queued, in order, waited for by
+        :meth:`flush_reports`."""
+        self._reports.queue_user_attr(self._trial_id, key, value)
+        cached_trial(self).user_attrs[key] = value
 
     def should_prune(self) -> bool:
         stop, last = self.stop_at, self.last_step
@@ -272,9 +299,18 @@ class DistributedTrial(optuna.trial.BaseTrial):
     the user attributes it set.
     """
 
-    def __init__(self, inner: TrackedTrial | None, *, number: int) -> None:
+    def __init__(
+        self,
+        inner: TrackedTrial | None,
+        *,
+        number: int,
+        study_dir: str | None = None,
+        stop_on_report: bool = False,
+    ) -> None:
         self._inner = inner
         self._number = number
+        self._study_dir = study_dir
+        self._stop_on_report = stop_on_report  # rank 0 decides, every rank stops there
         start = (
             {
                 "params": inner.params,
@@ -346,6 +382,12 @@ class DistributedTrial(optuna.trial.BaseTrial):
         return self.suggest_float(name, low, high, step=q)
 
     def report(self, value: float, step: int) -> None:
+        if self._stop_on_report:
+            from hpsearch.interruption import stop_requested
+
+            asked = stop_requested(self._study_dir) if self._inner is not None else None
+            if self._bcast(asked):
+                raise TrialStopped(self._inner.last_step if self._inner is not None else None)
         if self._inner is not None:
             self._inner.report(value, step)
         elif not isinstance(value, (list, tuple)) and not math.isfinite(float(value)):

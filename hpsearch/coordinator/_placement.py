@@ -8,40 +8,58 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.schedulers._driver import _InFlight, _Ready
-
 if TYPE_CHECKING:
     from distributed import Client
 
     from hpsearch.cluster import Capacity
     from hpsearch.cluster._scaling import JobScaler
-    from hpsearch.schedulers._base import Scheduler
+    from hpsearch.coordinator._flight import InFlightView, Ready
     from hpsearch.spec import StudySpec
 
 log = logging.getLogger("hpsearch.coordinator")
 
-#: Seconds between two reads of the cluster's workers (see Placement._refresh_capacity).
+#: Seconds between two reads of the cluster's workers (see Placement.refresh_capacity).
 CAPACITY_REFRESH_S = 2.0
-#: Trial durations kept to tell whether trials are short (see Placement._short_trials).
+#: Trial durations kept to tell whether trials are short (see Placement.short_trials).
 RECENT_DURATIONS = 10
 
 
 class Placement:
-    """Mixed into the coordinator: the sets a trial needs, and when the next one fits."""
+    """The sets a trial needs, and when the next one fits.
 
-    spec: StudySpec
-    client: Client
-    capacity: Capacity
-    size: int
-    max_concurrent: int
-    in_flight: dict[Any, _InFlight]
-    scheduler: Scheduler | None
-    scaler: JobScaler | None
-    distributions: Any
-    _durations: collections.deque[float]
-    _capacity_read: float
+    It reads the trials in flight (``in_flight``, the coordinator's) and never changes them;
+    it keeps the cluster's capacity (re-read by :meth:`refresh_capacity`), the concurrency
+    that follows from it, and the latest trials' durations (:meth:`note_duration`).
+    ``scheduled``: the study has a scheduler (``search.scheduler``); ``searched_sizes``: the
+    sampler searches ``gpus_per_trial``; ``scaler``: jobs follow the trials (cluster.adapt on
+    SLURM).
+    """
 
-    def _refresh_capacity(self) -> None:
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        client: Client,
+        capacity: Capacity,
+        in_flight: InFlightView,
+        scaler: JobScaler | None = None,
+        scheduled: bool = False,
+        searched_sizes: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.client = client
+        self.capacity = capacity
+        self.in_flight = in_flight
+        self.scaler = scaler
+        self.scheduled = scheduled
+        self.searched_sizes = searched_sizes
+        self.size = spec.trial_devices
+        self.max_concurrent = self._max_concurrent()
+        # The latest trials' durations only: nothing the coordinator keeps grows with the study.
+        self.durations: collections.deque[float] = collections.deque(maxlen=RECENT_DURATIONS)
+        self._capacity_read = time.monotonic()
+
+    def refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
         SLURM or Kubernetes cluster, a node started late) are used, ones that left are not
         counted on. With no worker at all, one trial is still submitted, so that an adaptive
@@ -68,7 +86,11 @@ class Placement:
             return max(1, fits)
         return max(1, min(int(wanted), fits) if fits else int(wanted))
 
-    def _short_trials(self) -> bool:
+    def note_duration(self, seconds: float) -> None:
+        """An ended trial's duration (the latest ones tell whether trials are short)."""
+        self.durations.append(seconds)
+
+    def short_trials(self) -> bool:
         """Whether trials are short enough that asking ahead pays.
 
         Asking the next trial while the sets are busy takes the sampler's time (10-20 ms
@@ -76,14 +98,15 @@ class Placement:
         an asked trial is RUNNING in the study from then on, so for long trials it would
         misstate their start time by a whole trial, for a gain nobody would notice.
         """
-        recent = list(self._durations)
+        recent = list(self.durations)
         return bool(recent) and sorted(recent)[len(recent) // 2] < 1.0
 
-    def _size(self, params: dict[str, Any]) -> int:
-        """The devices a trial needs: searched, or the study's ``gpus_per_trial``."""
-        return int(params.get("gpus_per_trial", self.size))
+    def size_of(self, params: dict[str, Any]) -> float:
+        """The devices a trial needs: searched, or the study's ``gpus_per_trial`` (a fraction
+        of one device where trials are packed)."""
+        return float(params.get("gpus_per_trial", self.size))
 
-    def _queued(self) -> int:
+    def queued(self) -> int:
         """Trials that may wait on a worker for its set, beyond one per set: as many as there
         are sets, while trials are short; else none.
 
@@ -99,20 +122,25 @@ class Placement:
         """
         if (
             self.capacity.key is None
-            or self.scheduler is not None
+            or self.scheduled
             or self.scaler is not None
             or self.spec.search.max_concurrent not in (None, "auto")
             or self.spec.search.sampler.name == "grid"
-            or "gpus_per_trial" in (self.distributions or {})
-            or not self._short_trials()
+            or self.searched_sizes
+            or not self.short_trials()
         ):
             return 0
         return self.max_concurrent
 
-    def _fits(self, item: _Ready) -> bool:
+    def full(self) -> bool:
+        """Whether no more trials may be in flight, counting those that may wait on a worker
+        (see :meth:`queued`): the next one is not even asked for."""
+        return len(self.in_flight) >= self.max_concurrent + self.queued()
+
+    def fits(self, item: Ready) -> bool:
         """Whether ``item`` fits the devices not in use (and the concurrency limit), counting
-        the trials that may wait on a worker (see :meth:`_queued`)."""
-        queued = self._queued()
+        the trials that may wait on a worker (see :meth:`queued`)."""
+        queued = self.queued()
         if len(self.in_flight) >= self.max_concurrent + queued:
             return False
         if self.capacity.key is None or not self.in_flight:
@@ -121,6 +149,11 @@ class Placement:
         room = self.capacity.total * (2 if queued else 1)
         return used + item.size <= room and item.size <= self.capacity.largest
 
-    def _running(self) -> int:
+    def set_free(self) -> bool:
+        """Whether a set is free: fewer trials in flight than the concurrency allows (a
+        scheduler's promotion waits for one)."""
+        return len(self.in_flight) < self.max_concurrent
+
+    def running(self) -> int:
         """Trials running now (not those waiting on a worker for their set)."""
         return min(len(self.in_flight), self.max_concurrent)

@@ -1,0 +1,40 @@
+"""The coordinator's records of its trials: one that waits for a free set (:class:`Ready`),
+and one that runs on the cluster (:class:`InFlight`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from distributed import Future
+
+
+@dataclass
+class Ready:
+    """A trial that is in the study and waits for a free set."""
+
+    trial_id: int
+    number: int
+    resume: bool
+    size: float
+    stop_at: int | None = None  # a scheduler's pause (search.scheduler)
+    scheduled: bool = False  # a paused trial a scheduler starts again
+    relative: dict[str, tuple[Any, Any]] | None = None  # see TrialTask.relative
+
+
+@dataclass
+class InFlight:
+    """A trial submitted to the cluster: its future's record while it runs."""
+
+    number: int
+    trial_id: int
+    submitted: float
+    size: float = 1
+    stop_at: int | None = None
+
+
+#: The trials in flight by their Dask future, as the parts of the coordinator read them (the
+#: loop alone adds and removes them).
+InFlightView: TypeAlias = "Mapping[Future, InFlight]"

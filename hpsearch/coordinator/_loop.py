@@ -1,0 +1,451 @@
+"""The coordinator's loop: ask, submit, tell, with its parts (where trials go, what it does
+for a scheduler, lost workers, the counts) composed in (see :mod:`hpsearch.coordinator`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+
+from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.coordinator._flight import InFlight, Ready
+from hpsearch.coordinator._losses import WorkerLosses
+from hpsearch.coordinator._placement import Placement
+from hpsearch.coordinator._scheduling import Scheduling
+from hpsearch.coordinator._share import POOL_POLL_S, PoolShare
+from hpsearch.coordinator._tally import Tally
+from hpsearch.metrics import NO_METRICS, NoMetrics
+from hpsearch.pareto import told_values
+from hpsearch.progress import Progress
+from hpsearch.sampling import relative_sample
+from hpsearch.space import to_distributions
+from hpsearch.tracking import tag
+from hpsearch.training._runner import run_trial
+from hpsearch.trial import TrialOutcome, TrialTask
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from hpsearch.cluster import Capacity
+    from hpsearch.cluster._scaling import JobScaler
+    from hpsearch.metrics import StudyMetrics
+    from hpsearch.pool._lease import PoolLease
+    from hpsearch.spec import StudySpec
+    from hpsearch.storage import ProxyAddress
+    from hpsearch.tracking import TrackingTarget
+
+log = logging.getLogger("hpsearch.coordinator")
+#: Seconds the coordinator waits for a retiring worker to leave before it places trials.
+RETIRE_WAIT_S = 30.0
+
+#: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
+SCALE_POLL_S = 0.2
+
+
+class Coordinator:
+    """Runs a study's remaining trials on a Dask cluster.
+
+    It owns the trials in flight (:attr:`in_flight`) and those waiting for a set
+    (:attr:`pending`), and composes its parts: :attr:`placement` (how many trials run, and
+    whether the next one fits), :attr:`scheduling` (a scheduler's pauses, promotions and
+    continuations), :attr:`losses` (lost workers and retries), :attr:`share` (its leases on a
+    pool that several studies share) and :attr:`tally` (the counts).
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        study: optuna.Study,
+        *,
+        client: Client,
+        capacity: Capacity,
+        proxy: ProxyAddress,
+        tracking: TrackingTarget,
+        study_dir: str,
+        search_paths: list[str],
+        on_progress: Callable[[Progress], None] | None = None,
+        objective: Callable[..., float] | None = None,
+        storage_url: str | None = None,
+        metrics: StudyMetrics | None = None,
+        scaler: JobScaler | None = None,
+        lease: PoolLease | None = None,
+    ) -> None:
+        self.spec = spec
+        self.objective = objective
+        self.storage_url = storage_url  # workers open the study themselves (storage_access: direct)
+        self.study = study
+        self.client = client
+        self.proxy = proxy
+        self.tracking = tracking
+        self.study_dir = study_dir
+        self.search_paths = search_paths
+        self.distributions = to_distributions(spec.space) if spec.space else None
+        self.in_flight: dict[Future, InFlight] = {}
+        self.pending: list[Ready] = []
+        self._storage = storage_of(study)
+        self._study_id = study_id_of(study)
+        self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
+        # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
+        self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
+        self.interrupted = 0  # trials left to resume by an interruption
+        # cluster.adapt on SLURM: jobs follow the trials that want a set (told on each fill).
+        self.scaler = scaler
+        self.tally = Tally(study, spec.search.n_trials, on_progress=on_progress)
+        self.progress = self.tally.progress
+        self.scheduling = Scheduling(
+            spec,
+            study,
+            storage=self._storage,
+            distributions=self.distributions,
+            size_of=lambda params: self.placement.size_of(params),
+            progress=self.progress,
+            host=self,
+        )
+        self.placement = Placement(
+            spec,
+            client=client,
+            capacity=capacity,
+            in_flight=self.in_flight,
+            scaler=scaler,
+            scheduled=self.scheduling.active,
+            searched_sizes="gpus_per_trial" in (self.distributions or {}),
+        )
+        self.losses = WorkerLosses(
+            max_retries=spec.search.max_retries, storage=self._storage, metrics=self.metrics
+        )
+        self.share = PoolShare(
+            lease,
+            spec,
+            storage=self._storage,
+            study_dir=study_dir,
+            direction=study.directions[0],
+        )
+
+    # ---------------------------------------------------------------- what the parts call
+
+    def count_outcome(self, outcome: TrialOutcome) -> None:
+        """Count one ended trial: its duration, the counts, the metrics."""
+        if outcome.duration_s:
+            self.placement.note_duration(outcome.duration_s)
+        self.tally.ended(outcome, running=self.placement.running())
+        self.metrics.on_outcome(outcome)
+
+    def queue(self, item: Ready) -> None:
+        """Put a trial at the end of the queue of those waiting for a set."""
+        self.pending.append(item)
+
+    def set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Set a trial's user attributes (those not None)."""
+        for key, value in attrs.items():
+            if value is not None:
+                self._storage.set_trial_user_attr(trial_id, key, value)
+
+    def tell(self, info: InFlight, outcome: TrialOutcome) -> None:
+        """End a trial in the study as ``outcome`` says (its worker, its reason)."""
+        self.set_attrs(
+            info.trial_id,
+            {
+                tag.WORKER: outcome.worker or None,
+                tag.PID: outcome.pid or None,
+                tag.PRUNE_REASON: outcome.reason if outcome.state == "PRUNED" else None,
+                tag.FAIL_REASON: outcome.reason if outcome.state == "FAIL" else None,
+            },
+        )
+        if outcome.state == "COMPLETE":
+            self._tell_study(info.number, values=told_values(outcome))
+        else:
+            state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
+            self._tell_study(info.number, state=state)
+
+    # ---------------------------------------------------------------- ask / submit / tell
+
+    def _submit(self, item: Ready) -> Future:
+        task = TrialTask(
+            study_name=self.study.study_name,
+            trial_id=item.trial_id,
+            trial_number=item.number,
+            spec=self.spec,
+            proxy=self.proxy,
+            tracking=self.tracking,
+            study_dir=self.study_dir,
+            search_paths=self.search_paths,
+            resume=item.resume,
+            size=item.size,
+            objective=self.objective,
+            storage_url=self.storage_url,
+            stop_at=item.stop_at,
+            study_id=self._study_id,
+            directions=list(self.study.directions),
+            relative=item.relative,
+        )
+        self.scheduling.submitting(item)
+        capacity = self.placement.capacity
+        resources = {capacity.key: item.size} if capacity.key else None
+        future = self.client.submit(
+            run_trial,
+            task,
+            key=f"hpsearch-{self.study.study_name}-trial-{item.number}-{uuid.uuid4().hex[:8]}",
+            resources=resources,
+            pure=False,
+        )
+        self.in_flight[future] = InFlight(
+            item.number, item.trial_id, time.monotonic(), item.size, item.stop_at
+        )
+        return future
+
+    def _ask(self) -> Ready:
+        trial = self.study.ask(self.distributions)
+        stop = self.scheduling.stop_at(trial.number)
+        return Ready(
+            trial_id_of(trial),
+            trial.number,
+            resume=False,
+            size=self.placement.size_of(trial.params),
+            stop_at=stop,
+            # Optuna's cached RDB storage writes a parameter only for a trial it has read
+            # in the study's trials (KeyError otherwise), which a worker's own sampler does
+            # first: a worker on the database itself draws its sample itself.
+            relative=self._relative(trial) if self.storage_url is None else None,
+        )
+
+    #: What the sampler drew for a trial jointly (see :func:`hpsearch.sampling.relative_sample`).
+    _relative = staticmethod(relative_sample)
+
+    def _tell_study(self, number: int, **kwargs: Any) -> None:
+        try:
+            self.study.tell(number, skip_if_finished=True, **kwargs)
+        except RuntimeError as exc:
+            # A sampler that has run out of points (GridSampler, its grid done) calls
+            # study.stop() from its after_trial hook, which Optuna allows only inside
+            # study.optimize; the trial is stored by then. Here it means: ask no more.
+            if "Study.stop" not in str(exc):
+                raise
+            self.sampler_done = True
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> Progress:
+        """Run until the budget is spent (or the timeout passes); return the final progress.
+
+        The loop keeps every set busy: when a trial ends, the next one is submitted first, and
+        only then is the ended one told; for short trials the next one is even asked while
+        the others run, so the sampler's time overlaps with training instead of idling a set.
+        In-flight trials always run to their end: the timeout only stops new trials from
+        starting, as in Optuna.
+        """
+        import sys
+
+        from hpsearch._threads import quick_switches
+
+        switch = quick_switches()  # the scheduler, the client and the proxy share this GIL
+        try:
+            return self._run()
+        finally:
+            sys.setswitchinterval(switch)
+            self.share.close()
+
+    def _run(self) -> Progress:
+        from distributed import as_completed
+
+        from hpsearch.interruption import clear_interrupted, clear_stop
+
+        clear_stop(self.study_dir)  # an earlier run's Ctrl-C stopped its trials, not these
+        spec = self.spec.search
+        placement, scheduling, share = self.placement, self.scheduling, self.share
+        deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
+        trials = self.tally.recount(running=placement.running())
+        # Trials an earlier coordinator left running are run again first (from checkpoints).
+        ready = [
+            Ready(trial_id_of(t), t.number, resume=True, size=placement.size_of(t.params))
+            for t in trials
+            if t.state == TrialState.RUNNING
+        ]
+        to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
+        clear_interrupted(self._storage, (t for t in trials if t.state == TrialState.RUNNING))
+        self.pending = ready
+        if scheduling.active:  # paused trials wait for a promotion, not a rerun
+            ready[:] = scheduling.restore(trials)
+            scheduling.take_decided()
+            # The sampler's trials (a pbt study's continuations are the scheduler's).
+            to_ask = scheduling.to_ask(trials, spec.n_trials)
+        # Results are gathered on the client's event loop as futures finish: no round trip
+        # per trial from this thread.
+        finished = as_completed(with_results=True, raise_errors=False)
+
+        def may_ask() -> bool:
+            if to_ask <= 0 or self.sampler_done:
+                return False
+            return not (deadline is not None and time.monotonic() >= deadline)
+
+        def fill() -> None:
+            # First come, first served: a trial waits at the head until its set is free, and
+            # nothing overtakes it (so a large set is never starved by small ones).
+            nonlocal to_ask
+            placement.refresh_capacity()
+            if self.scaler is not None:  # a job for each trial that runs or waits
+                asking = to_ask if may_ask() else 0
+                self.scaler.update(len(self.in_flight) + len(ready) + asking)
+            share.want(self.in_flight, ready, may_ask())
+            while ready or scheduling.promotion(ready, set_free=placement.set_free()) or may_ask():
+                if not ready:
+                    if placement.full():
+                        break
+                    ready.append(self._ask())
+                    to_ask -= 1
+                if not placement.fits(ready[0]) or not share.fits(ready[0]):
+                    break
+                finished.add(self._submit(ready.pop(0)))
+            self.progress.running = placement.running()
+
+        def next_batch() -> list[Any]:
+            if self.scaler is None and not share.active:
+                return finished.next_batch(block=True)
+            # Jobs come and go while trials run, and a pool grants devices or wants some back:
+            # look at them (and use new sets) meanwhile.
+            while not finished.has_ready():
+                if not self.in_flight and not ready and not may_ask():
+                    break
+                time.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
+                share.give_back(self.in_flight)
+                fill()
+            return finished.next_batch(block=False)
+
+        def waiting_for_pool() -> bool:
+            """Trials wait for the pool's devices with none in flight."""
+            return share.active and bool(ready or may_ask())
+
+        self.tally.emit()
+        try:
+            fill()
+            while self.in_flight or waiting_for_pool():
+                self.tally.emit()
+                if not ready and may_ask() and placement.short_trials() and not scheduling.active:
+                    ready.append(self._ask())  # ask ahead while the sets are busy
+                    to_ask -= 1
+                    fill()  # it may fit at once (sets of different sizes)
+                    continue
+                batch = next_batch()
+                ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
+                for info, _, _ in ended:
+                    share.ended(info)  # its devices go back to the pool first
+                # A trial whose worker was lost goes back to the head of the queue (it
+                # resumes from its checkpoint), until it has been lost max_retries + 1 times.
+                retried = [
+                    self.losses.retry(info, future, result) for info, future, result in ended
+                ]
+                ready[:0] = [item for item in retried if item is not None]
+                # A trial that yielded its devices to another study waits first in line.
+                yielded = [
+                    again is None and self._preempted(future, result)
+                    for (_, future, result), again in zip(ended, retried, strict=True)
+                ]
+                ready[:0] = [
+                    share.preempted_trial(info, result.reason)
+                    for (info, _, result), y in zip(ended, yielded, strict=True)
+                    if y
+                ]
+                ended = [e for e, y in zip(ended, yielded, strict=True) if not y]
+                retried = [again for again, y in zip(retried, yielded, strict=True) if not y]
+                paused = [
+                    again is None and scheduling.paused(*e)
+                    for e, again in zip(ended, retried, strict=True)
+                ]
+                ended = [e for e, p in zip(ended, paused, strict=True) if not p]
+                retried = [again for again, p in zip(retried, paused, strict=True) if not p]
+                outcomes = [
+                    None if again is not None else self.losses.outcome(*e)
+                    for e, again in zip(ended, retried, strict=True)
+                ]
+                # Workers going away leave before the next trial is placed, once their
+                # trials' ends are read (their results go with them).
+                self._retire({r.worker for _, r in batch if getattr(r, "retire", False)})
+                fill()
+                if not self.in_flight and not ready:
+                    scheduling.close_paused(may_ask())
+                    fill()
+                for (info, _, _), outcome in zip(ended, outcomes, strict=True):
+                    if outcome is None:  # it runs again
+                        continue
+                    self.tell(info, outcome)
+                    self.count_outcome(outcome)
+                    self.losses.forget(info.number)  # it ended: its losses are told
+            scheduling.close_paused(asking=False)
+        except BaseException as exc:
+            self.interrupt(graceful=isinstance(exc, KeyboardInterrupt))
+            raise
+        self.tally.recount(running=placement.running())
+        self.progress.running = 0
+        self.progress.finished = time.monotonic()
+        self.tally.emit()
+        return self.progress
+
+    def _retire(self, workers: set[str]) -> None:
+        """Retire workers that are going away (their batch job ends) before another trial is
+        placed: none lands on them again. Their trials have ended, and their results are in.
+
+        The worker retires itself (``Worker.close_gracefully``), which closes it even where
+        its data has nowhere to go (the result just read, on the cluster's last worker): the
+        scheduler's ``retire_workers`` would keep such a worker, and it would take the next
+        trial. The coordinator waits (up to ``RETIRE_WAIT_S``) until the scheduler has let it
+        go: a trial placed on it meanwhile would be lost with it."""
+        if not workers:
+            return
+        from hpsearch.preload import retire
+
+        log.warning("retiring %s: its batch job ends", ", ".join(sorted(workers)))
+        try:
+            self.client.run(retire, workers=sorted(workers))
+            deadline = time.monotonic() + RETIRE_WAIT_S
+            while workers & self.client.scheduler_info(n_workers=-1)["workers"].keys():
+                if time.monotonic() > deadline:
+                    log.warning("%s still there after %.0f s", sorted(workers), RETIRE_WAIT_S)
+                    break
+                time.sleep(0.1)
+        except Exception as exc:  # gone already: nothing to place there
+            log.debug("retiring %s: %s", workers, exc)
+
+    @staticmethod
+    def _preempted(future: Future, result: Any) -> bool:
+        return (
+            future.status == "finished"
+            and isinstance(result, TrialOutcome)
+            and result.state == "PREEMPTED"
+        )
+
+    def interrupt(self, *, graceful: bool = False) -> None:
+        """Stop every trial in flight (or asked and waiting) without ending it: it stays
+        RUNNING in the study, marked interrupted, and resumes on the next run (see
+        :mod:`hpsearch.interruption`); it is not counted as ended. ``graceful`` (Ctrl-C):
+        the trials in flight first stop at their next safe point, their checkpoints written
+        (those that end meanwhile are told as they ended)."""
+        from hpsearch.interruption import stop_in_flight
+
+        waiting = [item.trial_id for item in self.pending]
+        self.pending = []
+        try:
+            if graceful and self.in_flight:
+                for info, outcome in stop_in_flight(self.in_flight, self.study_dir):
+                    self.tell(info, outcome)
+                    self.count_outcome(outcome)
+        finally:
+            self._stop(waiting + [info.trial_id for info in self.in_flight.values()])
+
+    def _stop(self, waiting: list[int]) -> None:
+        from hpsearch.interruption import mark_interrupted
+
+        futures = list(self.in_flight)
+        self.in_flight.clear()
+        self.progress.running = 0
+        # Marked first: whatever happens next (a second Ctrl-C), the study says what waits.
+        mark_interrupted(self._storage, waiting)
+        if futures:
+            try:
+                self.client.cancel(futures, force=True)
+            except Exception as exc:  # the cluster may already be gone
+                log.debug("cancel failed: %s", exc)
+        self.interrupted = len(waiting)

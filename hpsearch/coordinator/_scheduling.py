@@ -1,0 +1,232 @@
+"""The coordinator's side of a scheduler (``search.scheduler``): the hooks that hand it the
+trials that pause and end, and queue what it decides (promotions, continuations)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from optuna.trial import TrialState
+
+from hpsearch._optuna import trial_id_of
+from hpsearch.coordinator._flight import InFlight, Ready
+from hpsearch.schedulers import (
+    PARENT_TRIAL,
+    PAUSED_AT,
+    RESUMES,
+    TARGET,
+    Ended,
+    Job,
+    RungPoint,
+    build_scheduler,
+)
+from hpsearch.trial import TrialOutcome
+
+if TYPE_CHECKING:
+    import optuna
+    from distributed import Future
+    from optuna.storages import BaseStorage
+
+    from hpsearch.progress import Progress
+    from hpsearch.schedulers import Scheduler
+    from hpsearch.spec import StudySpec
+
+
+class Host(Protocol):
+    """What the scheduling part needs of the coordinator that runs it."""
+
+    def set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Set a trial's user attributes (those not None)."""
+
+    def tell(self, info: InFlight, outcome: TrialOutcome) -> None:
+        """End a trial in the study as ``outcome`` says."""
+
+    def count_outcome(self, outcome: TrialOutcome) -> None:
+        """Count an ended trial in the progress (and the metrics)."""
+
+    def queue(self, item: Ready) -> None:
+        """Put a trial at the end of the queue of those waiting for a set."""
+
+
+class Scheduling:
+    """What the coordinator does for its scheduler: asha's pauses and promotions, pbt's
+    population exploiting its best. Every hook does nothing without a scheduler
+    (:attr:`active`).
+
+    ``storage``: the study's; ``size_of``: the devices a trial of these parameters needs;
+    ``progress``: the coordinator's (a paused trial is its latest news); ``host``: the
+    coordinator's own calls (:class:`Host`).
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        study: optuna.Study,
+        *,
+        storage: BaseStorage,
+        distributions: Any,
+        size_of: Callable[[dict[str, Any]], float],
+        progress: Progress,
+        host: Host,
+    ) -> None:
+        self.spec = spec
+        self.study = study
+        self.storage = storage
+        self.distributions = distributions
+        self.size_of = size_of
+        self.progress = progress
+        self.host = host
+        # asha: pauses and promotions; pbt: a population exploiting its best (else None)
+        self.scheduler: Scheduler | None = build_scheduler(
+            spec, params_of=lambda trial_id: storage.get_trial(trial_id).params
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether the study has a scheduler."""
+        return self.scheduler is not None
+
+    def restore(self, trials: list[optuna.trial.FrozenTrial]) -> list[Ready]:
+        """The trials an earlier coordinator left running or decided to resume, from the
+        study (paused trials wait for a promotion, not a rerun); what the scheduler decided
+        besides is queued by :meth:`take_decided`."""
+        if self.scheduler is None:
+            return []
+        # A trial still marked paused was decided to resume: a scheduled start.
+        held = {t.number for t in trials if t.user_attrs.get(PAUSED_AT) is not None}
+        return [
+            self.job(job, scheduled=job.number in held) for job in self.scheduler.restore(trials)
+        ]
+
+    def to_ask(self, trials: list[optuna.trial.FrozenTrial], n_trials: int) -> int:
+        """The trials left for the sampler to give (a pbt study's continuations are the
+        scheduler's)."""
+        assert self.scheduler is not None
+        asked = [t for t in trials if t.state != TrialState.WAITING]
+        asked = [t for t in asked if PARENT_TRIAL not in t.user_attrs]
+        return max(0, self.scheduler.budget(n_trials) - len(asked))
+
+    def stop_at(self, number: int) -> int | None:
+        """Where a new trial pauses first (None: it runs to its end)."""
+        return self.scheduler.stop_at(number) if self.scheduler is not None else None
+
+    def submitting(self, item: Ready) -> None:
+        """Record in the study what a trial about to be submitted runs to (and that it no
+        longer waits paused)."""
+        if self.scheduler is None:
+            return
+        self.host.set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
+        if item.resume:
+            self.storage.set_trial_user_attr(item.trial_id, PAUSED_AT, None)
+        if item.scheduled:
+            self.count_resume(item.trial_id)
+
+    def job(self, job: Job, *, scheduled: bool = True) -> Ready:
+        """The trial of a job; ``scheduled`` when it is a paused trial started again (not a
+        trial a stopped coordinator left running)."""
+        if job.trial_id is None:
+            return self.continuation(job)
+        assert job.number is not None
+        params = self.storage.get_trial(job.trial_id).params
+        return Ready(
+            job.trial_id, job.number, True, self.size_of(params), job.stop_at, scheduled=scheduled
+        )
+
+    def count_resume(self, trial_id: int) -> None:
+        """One more start after a pause: the trial's starts minus these (and its
+        interruptions) count its lost workers (see WorkerLosses.losses_of)."""
+        attrs = self.storage.get_trial(trial_id).user_attrs
+        self.storage.set_trial_user_attr(trial_id, RESUMES, int(attrs.get(RESUMES, 0)) + 1)
+
+    def continuation(self, job: Job) -> Ready:
+        """Create the trial that continues ``job.copy_from``'s checkpoint with ``job.params``
+        (its worker copies the checkpoint in before it starts), and end the one it replaces."""
+        self.study.enqueue_trial(job.params, user_attrs=job.attrs)
+        trial = self.study.ask(self.distributions)
+        if trial.user_attrs.get(PARENT_TRIAL) != job.copy_from:  # someone else's enqueued trial
+            raise RuntimeError(f"trial {trial.number} is not the continuation of {job.copy_from}")
+        if job.replaces is not None:
+            self.end(job.replaces)
+        return Ready(
+            trial_id_of(trial), trial.number, True, self.size_of(trial.params), job.stop_at
+        )
+
+    def take_decided(self) -> None:
+        """Queue what the scheduler decided (continuations created at once); the study
+        records each one's target, so a restarted coordinator knows it was decided."""
+        if self.scheduler is None:
+            return
+        for job in self.scheduler.decided():
+            item = self.job(job)
+            self.host.set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
+            self.host.queue(item)
+
+    def promotion(self, ready: list[Ready], *, set_free: bool) -> bool:
+        """Put a promoted paused trial at the head of ``ready`` (promotions go before new
+        trials, and wait for a free set: ``set_free``); whether there was one."""
+        if self.scheduler is None or ready or not set_free:
+            return False
+        job = self.scheduler.next()
+        if job is None:
+            return False
+        ready.append(self.job(job))
+        return True
+
+    def paused(self, info: InFlight, future: Future, result: Any) -> bool:
+        """Hand a paused trial to the scheduler (it stays RUNNING in the study, holding no
+        set); whether it was one."""
+        if self.scheduler is None:
+            return False
+        if not (isinstance(result, TrialOutcome) and result.state == "PAUSED"):
+            state = result.state if isinstance(result, TrialOutcome) else "FAIL"
+            self.scheduler.ended(info.number, state if future.status == "finished" else "FAIL")
+            self.take_decided()
+            return False
+        value: Any = result.value
+        if result.values is not None:  # several objectives: all their values at the rung
+            constraints = result.extra.get("constraints") or {}
+            value = RungPoint(tuple(result.values), dict(constraints))
+        assert result.last_step is not None and value is not None
+        self.storage.set_trial_user_attr(info.trial_id, PAUSED_AT, result.last_step)
+        self.scheduler.paused(info.number, info.trial_id, result.last_step, value)
+        self.progress.last = result
+        self.take_decided()
+        return True
+
+    def end(self, end: Ended) -> None:
+        """End a trial the scheduler gives up on (tell it, count it)."""
+        outcome = TrialOutcome(end.number, end.state, value=end.value, reason=end.reason)
+        if end.state == "PRUNED":
+            outcome.last_step = self.prune_point(end.trial_id)
+        self.host.tell(InFlight(end.number, end.trial_id, 0.0), outcome)
+        self.host.count_outcome(outcome)
+
+    def prune_point(self, trial_id: int) -> int | None:
+        """A paused trial the scheduler prunes: record the step it stopped at and its value
+        there (``hpsearch.prune_step``, ``hpsearch.prune_value``), as every pruned trial has."""
+        from hpsearch.tracking import tag
+
+        frozen = self.storage.get_trial(trial_id)
+        reported = frozen.intermediate_values
+        step = frozen.user_attrs.get(PAUSED_AT)
+        step = int(step) if step is not None else max(reported, default=None)
+        if step is None:
+            return None
+        value: Any = reported.get(step)
+        if value is None:  # several objectives: the step's values (see hpsearch.pareto)
+            from hpsearch.pareto import step_values
+
+            found = step_values(frozen).get(step)
+            value = None if found is None else ", ".join(f"{v:.6g}" for v in found)
+        self.storage.set_trial_user_attr(trial_id, tag.PRUNE_STEP, step)
+        if value is not None:
+            self.storage.set_trial_user_attr(trial_id, tag.PRUNE_VALUE, value)
+        return step
+
+    def close_paused(self, asking: bool) -> None:
+        """Nothing in flight: the paused trials the scheduler gives up on end now."""
+        if self.scheduler is None:
+            return
+        for end in self.scheduler.closing(asking):
+            self.end(end)
+        self.take_decided()

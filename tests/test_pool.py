@@ -1,0 +1,299 @@
+"""A pool that several studies share, started by ``hpsearch pool start`` (real processes: the
+pool's scheduler and workers, coordinators as ``hpsearch run`` or a client of their own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HPSEARCH = [sys.executable, "-m", "hpsearch.cli"]
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*HPSEARCH, *args], capture_output=True, text=True, timeout=180)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """A pool of 4 CPU slots (one worker each) with a 3-second lease expiry."""
+    folder = tmp_path_factory.mktemp("pool")
+    _cli(
+        "pool",
+        "start",
+        "--gpus",
+        "none",
+        "--slots",
+        "4",
+        "--port",
+        "0",
+        "--lease-ttl",
+        "3",
+        "--dir",
+        str(folder),
+    )
+    info = json.loads((folder / "pool.json").read_text())
+    yield folder, info["address"]
+    _cli("pool", "stop", "--dir", str(folder), check=False)
+
+
+def status(folder: Path) -> dict:
+    return json.loads(_cli("pool", "status", "--json", "--dir", str(folder)).stdout)
+
+
+def test_start_status_and_a_second_start_refused(pool) -> None:
+    folder, address = pool
+    state = status(folder)
+    assert (state["capacity"], state["free"], state["resource"], state["workers"]) == (
+        4,
+        4,
+        "SLOT",
+        4,
+    )
+    again = _cli("pool", "start", "--gpus", "none", "--dir", str(folder), check=False)
+    assert again.returncode == 2
+    assert again.stderr.count("\n") == 1 and "a pool already runs at" in again.stderr
+    shown = _cli("pool", "status", "--dir", str(folder)).stdout
+    assert address in shown and "4 CPU slots" in shown
+
+
+def test_a_pool_without_arbiter(tmp_path) -> None:
+    """``--no-arbiter``: the same scheduler and workers, no arbiter in the scheduler."""
+    from distributed import Client
+
+    from hpsearch.pool._lease import has_arbiter
+
+    _cli(
+        "pool",
+        "start",
+        "--gpus",
+        "none",
+        "--slots",
+        "2",
+        "--port",
+        "0",
+        "--no-arbiter",
+        "--dir",
+        str(tmp_path),
+    )
+    try:
+        info = json.loads((tmp_path / "pool.json").read_text())
+        assert info["arbiter"] is False and info["workers"] == 2
+        with Client(info["address"], timeout=30) as client:
+            assert not has_arbiter(client)
+        refused = _cli("pool", "status", "--dir", str(tmp_path), check=False)
+        assert refused.returncode == 2 and "runs no arbiter" in refused.stderr
+    finally:
+        _cli("pool", "stop", "--dir", str(tmp_path), check=False)
+
+
+def test_a_killed_coordinator_loses_its_leases_and_its_rerun_finishes(pool, tmp_path) -> None:
+    """``hpsearch run`` on the pool, SIGKILLed while its trials run: its leases expire within
+    seconds (no heartbeat), its trials stop at their next report on the pool's workers (their
+    study is gone), and the same command again resumes them from their checkpoints."""
+    folder, address = pool
+    run_dir = tmp_path / "runs"
+    path = _study_file(tmp_path, "doomed", address, 3, weight=2.0, priority="high")
+    doomed = _run(path, run_dir, step_s=1.0)
+    try:
+        state = _wait_for(folder, lambda s: _held(s).get("doomed") == 3, "doomed holds 3")
+        (study,) = state["studies"]
+        assert (study["priority"], study["weight"]) == ("high", 2.0)
+        while not list((run_dir / "doomed").glob("notes-*")):  # a step in
+            time.sleep(0.2)
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(30)
+    finally:
+        doomed.kill()
+    deadline = time.monotonic() + 60
+    while status(folder)["studies"]:
+        assert time.monotonic() < deadline, "the killed study kept its leases"
+        time.sleep(0.5)
+    state = status(folder)
+    assert state["free"] == 4 and state["expired"][0] == "doomed"
+
+    again = _run(path, run_dir, step_s=0.3)
+    out, _ = again.communicate(timeout=240)
+    assert again.returncode == 0, out
+    trials = _trials(run_dir, "doomed")
+    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials), out
+    assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
+    assert any(t.user_attrs.get("hpsearch.attempt", 1) > 1 for t in trials), "resumed"
+
+
+def _study_file(folder: Path, name: str, address: str, n_trials: int, **share) -> Path:
+    import yaml
+
+    spec = {
+        "name": name,
+        "objective": {"model": "hpsearch.testing.objectives:pooled"},
+        "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        "search": {"n_trials": n_trials, "sampler": "random", "seed": 0},
+        "cluster": {"address": address},
+    }
+    if share:
+        spec["share"] = share
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _run(path: Path, run_dir: Path, step_s: float = 0.3) -> subprocess.Popen[str]:
+    """``hpsearch run`` of the study file, its trials taking ``step_s`` seconds a step."""
+    (run_dir / path.stem).mkdir(parents=True, exist_ok=True)
+    (run_dir / path.stem / "step_s").write_text(str(step_s))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen(
+        [*HPSEARCH, "run", str(path), "--run-dir", str(run_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _held(state: dict) -> dict[str, float]:
+    return {s["name"]: s["held"] for s in state["studies"]}
+
+
+def _wait_for(folder: Path, check, what: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = status(folder)
+        if check(state):
+            return state
+        assert time.monotonic() < deadline, f"{what}: {state}"
+        time.sleep(0.3)
+
+
+def _trials(run_dir: Path, name: str):
+    import optuna
+
+    from hpsearch.storage import JOURNAL_PREFIX, open_storage
+
+    url = f"{JOURNAL_PREFIX}{run_dir / name / 'optuna.journal'}"
+    return optuna.load_study(study_name=name, storage=open_storage(url)).trials
+
+
+def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_nothing(
+    pool, tmp_path
+) -> None:
+    from mlflow import MlflowClient
+
+    folder, address = pool
+    run_dir = tmp_path / "runs"
+    # Steps of 3 s until the urgent study holds its devices (it would wait 21 s for a trial
+    # to end, and its arrival, however slow, finds the background's trials running), then
+    # 0.3 s.
+    background = _run(_study_file(tmp_path, "background", address, 4), run_dir, step_s=3)
+    try:
+        _wait_for(folder, lambda s: _held(s).get("background") == 4, "background borrows all")
+        deadline = time.monotonic() + 120
+        while len(list((run_dir / "background").glob("notes-*"))) < 4:  # each checkpointed
+            assert time.monotonic() < deadline, "the background trials' first steps"
+            time.sleep(0.2)
+        # Urgent steps of 1 s: it holds 2 devices for 8 s, longer than a status poll takes.
+        urgent = _run(
+            _study_file(tmp_path, "urgent", address, 3, priority="high", max_devices=2),
+            run_dir,
+            step_s=1.0,
+        )
+        try:
+            state = _wait_for(folder, lambda s: _held(s).get("urgent") == 2, "urgent gets its")
+        except AssertionError as exc:
+            for proc in (urgent, background):
+                proc.kill()
+            said = [p.communicate(timeout=30)[0] for p in (urgent, background)]
+            raise AssertionError(f"{exc}\nurgent:\n{said[0]}\nbackground:\n{said[1]}") from None
+        (run_dir / "background" / "step_s.new").write_text("0.3")
+        os.replace(run_dir / "background" / "step_s.new", run_dir / "background" / "step_s")
+        assert _held(state)["background"] <= 2
+        # Each study's Prometheus endpoint says where it stands in the pool.
+        import urllib.request
+
+        from hpsearch.metrics import wait_for_endpoint
+
+        url = wait_for_endpoint(run_dir / "urgent", timeout=30)
+        assert url is not None
+        scraped = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'hpsearch_pool_fair_share{study="urgent"} 2.0' in scraped, scraped
+        assert 'hpsearch_pool_devices_held{study="urgent"}' in scraped
+        out_urgent, _ = urgent.communicate(timeout=180)
+        out_background, _ = background.communicate(timeout=180)
+    finally:
+        background.kill()
+    assert urgent.returncode == 0, out_urgent
+    assert background.returncode == 0, out_background
+    assert status(folder)["studies"] == []  # both left the pool as they finished
+
+    for name, n in (("background", 4), ("urgent", 3)):
+        trials = _trials(run_dir, name)
+        assert len(trials) == n and all(t.state.name == "COMPLETE" for t in trials), name
+        for t in trials:
+            assert sorted(t.intermediate_values) == list(range(1, 9)), (name, t.number)
+            assert t.value == t.params["x"]
+            notes = (run_dir / name / f"notes-{t.number}-rank0.txt").read_text().split("\n")
+            assert sorted(filter(None, notes)) == sorted(f"step {k}" for k in range(1, 9)), (
+                "each step trained once"
+            )
+    preempted = [t for t in _trials(run_dir, "background") if "hpsearch.preempted" in t.user_attrs]
+    assert preempted, "the urgent study took devices from the background one"
+    kept = [t for t in _trials(run_dir, "background") if t not in preempted]
+    assert max(t.params["x"] for t in preempted) < min(t.params["x"] for t in kept), (
+        "the trials ranked lowest (maximize: the smallest reports) yielded"
+    )
+    for t in preempted:
+        assert t.user_attrs["hpsearch.preempted"] == "preempted by study urgent (priority high)"
+        assert t.user_attrs["hpsearch.preemptions"] >= 1
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "background"]
+    runs = [
+        r
+        for r in client.search_runs([experiment.experiment_id])
+        if "hpsearch.trial_number" in r.data.tags
+    ]
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    tagged = {
+        int(r.data.tags["hpsearch.trial_number"])
+        for r in runs
+        if "hpsearch.preempted" in r.data.tags
+    }
+    assert tagged == {t.number for t in preempted}
+    for r in runs:
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "value")]
+        assert sorted(steps) == list(range(1, 9)), "each step logged once"
+
+
+def test_two_studies_share_the_pool_by_weight(pool, tmp_path) -> None:
+    folder, address = pool
+    run_dir = tmp_path / "runs"
+    light = _run(_study_file(tmp_path, "light", address, 6, weight=1), run_dir)
+    heavy = _run(_study_file(tmp_path, "heavy", address, 10, weight=3), run_dir)
+    try:
+        state = _wait_for(
+            folder,
+            lambda s: _held(s) == {"light": 1, "heavy": 3},
+            "shares 1:3 while both want devices",
+        )
+        shares = {s["name"]: s["share"] for s in state["studies"]}
+        assert shares == {"light": 1.0, "heavy": 3.0}
+        for process in (light, heavy):
+            out, _ = process.communicate(timeout=180)
+            assert process.returncode == 0, out
+    finally:
+        light.kill()
+        heavy.kill()
+    assert status(folder)["studies"] == []
+    for name, n in (("light", 6), ("heavy", 10)):
+        trials = _trials(run_dir, name)
+        assert len(trials) == n and all(t.state.name == "COMPLETE" for t in trials)
+        assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
