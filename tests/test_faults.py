@@ -305,6 +305,37 @@ def test_a_truncated_checkpoint_is_ignored(tmp_path):
     assert store.load() is None, "none verifies: the trial starts from scratch"
 
 
+@pytest.mark.parametrize("landed", range(1, 4))
+def test_a_write_cut_at_any_step_leaves_a_good_checkpoint(tmp_path, landed):
+    """A write moves the latest file and its digest aside, then writes the new file and its
+    digest: a process killed after any of these steps resumes from the newest epoch whose data
+    and digest both landed, never from scratch."""
+    import hashlib
+    import io
+
+    import torch
+
+    from hpsearch.training._checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path, 3)
+    store.save({"epoch": 1}, background=False)
+    store.save({"epoch": 2}, background=False)
+    buf = io.BytesIO()
+    torch.save({"epoch": 3}, buf)
+    digest = store._digest_path
+    steps = [
+        lambda: os.replace(store.latest, store.previous),
+        lambda: os.replace(digest(store.latest), digest(store.previous)),
+        lambda: store.latest.write_bytes(buf.getvalue()),
+        lambda: digest(store.latest).write_text(hashlib.sha256(buf.getvalue()).hexdigest()),
+    ]
+    for step in steps[:landed]:
+        step()
+    assert store.load()["epoch"] == 2
+    steps[landed]()
+    assert store.load()["epoch"] == (3 if landed == 3 else 2)
+
+
 def test_out_of_memory_is_recorded_as_such(run_dir, dask_client):
     from hpsearch.testing import user_spec
 

@@ -8,6 +8,7 @@ is used, or none.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -85,15 +86,24 @@ class CheckpointStore:
         _atomic_write(self.latest, data)
         _atomic_write(self._digest_path(self.latest), hashlib.sha256(data).hexdigest().encode())
 
+    def _digests(self) -> set[str]:
+        """The digests of this trial's complete checkpoints. A write renames the data file and
+        its digest one after the other, so a process killed between the two leaves a file
+        beside the other file's digest: a file is intact when its digest is either one."""
+        found = set()
+        for path in (self.latest, self.previous):
+            with contextlib.suppress(OSError):
+                found.add(self._digest_path(path).read_text().strip())
+        return found
+
     def _load_one(self, path: Path) -> dict[str, Any] | None:
         import torch
 
         try:
             data = path.read_bytes()
-            expected = self._digest_path(path).read_text().strip()
         except OSError:
             return None
-        if hashlib.sha256(data).hexdigest() != expected:
+        if hashlib.sha256(data).hexdigest() not in self._digests():
             log.warning("ignoring corrupt checkpoint %s (digest mismatch)", path)
             return None
         try:
