@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.coordinator._clock import WALL_CLOCK, Clock
 from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.coordinator._losses import WorkerLosses
 from hpsearch.coordinator._placement import Placement
@@ -74,8 +75,14 @@ class Coordinator:
         metrics: StudyMetrics | None = None,
         scaler: JobScaler | None = None,
         lease: PoolLease | None = None,
+        clock: Clock = WALL_CLOCK,
+        completions: Callable[[], Any] | None = None,
     ) -> None:
         self.spec = spec
+        # The machine's clock, or a simulated cluster's virtual one (hpsearch.simulation),
+        # with the cluster's own view of finished trials (Dask's as_completed by default).
+        self.clock = clock
+        self._completions = completions
         self.objective = objective
         self.storage_url = storage_url  # workers open the study themselves (storage_access: direct)
         self.study = study
@@ -114,6 +121,7 @@ class Coordinator:
             scaler=scaler,
             scheduled=self.scheduling.active,
             searched_sizes="gpus_per_trial" in (self.distributions or {}),
+            clock=clock,
         )
         self.losses = WorkerLosses(
             max_retries=spec.search.max_retries, storage=self._storage, metrics=self.metrics
@@ -194,7 +202,7 @@ class Coordinator:
             pure=False,
         )
         self.in_flight[future] = InFlight(
-            item.number, item.trial_id, time.monotonic(), item.size, item.stop_at
+            item.number, item.trial_id, self.clock.monotonic(), item.size, item.stop_at
         )
         return future
 
@@ -250,14 +258,13 @@ class Coordinator:
             self.share.close()
 
     def _run(self) -> Progress:
-        from distributed import as_completed
-
         from hpsearch.interruption import clear_interrupted, clear_stop
 
         clear_stop(self.study_dir)  # an earlier run's Ctrl-C stopped its trials, not these
         spec = self.spec.search
         placement, scheduling, share = self.placement, self.scheduling, self.share
-        deadline = None if spec.timeout is None else time.monotonic() + float(spec.timeout)
+        clock = self.clock
+        deadline = None if spec.timeout is None else clock.monotonic() + float(spec.timeout)
         trials = self.tally.recount(running=placement.running())
         # Trials an earlier coordinator left running are run again first (from checkpoints).
         ready = [
@@ -275,12 +282,12 @@ class Coordinator:
             to_ask = scheduling.to_ask(trials, spec.n_trials)
         # Results are gathered on the client's event loop as futures finish: no round trip
         # per trial from this thread.
-        finished = as_completed(with_results=True, raise_errors=False)
+        finished = self._finished()
 
         def may_ask() -> bool:
             if to_ask <= 0 or self.sampler_done:
                 return False
-            return not (deadline is not None and time.monotonic() >= deadline)
+            return not (deadline is not None and clock.monotonic() >= deadline)
 
         def fill() -> None:
             # First come, first served: a trial waits at the head until its set is free, and
@@ -310,7 +317,7 @@ class Coordinator:
             while not finished.has_ready():
                 if not self.in_flight and not ready and not may_ask():
                     break
-                time.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
+                clock.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
                 share.give_back(self.in_flight)
                 fill()
             return finished.next_batch(block=False)
@@ -400,14 +407,22 @@ class Coordinator:
         log.warning("retiring %s: its batch job ends", ", ".join(sorted(workers)))
         try:
             self.client.run(retire, workers=sorted(workers))
-            deadline = time.monotonic() + RETIRE_WAIT_S
+            deadline = self.clock.monotonic() + RETIRE_WAIT_S
             while workers & self.client.scheduler_info(n_workers=-1)["workers"].keys():
-                if time.monotonic() > deadline:
+                if self.clock.monotonic() > deadline:
                     log.warning("%s still there after %.0f s", sorted(workers), RETIRE_WAIT_S)
                     break
-                time.sleep(0.1)
+                self.clock.sleep(0.1)
         except Exception as exc:  # gone already: nothing to place there
             log.debug("retiring %s: %s", workers, exc)
+
+    def _finished(self) -> Any:
+        """The cluster's trials as they finish, each with its result (or its error)."""
+        if self._completions is not None:
+            return self._completions()
+        from distributed import as_completed
+
+        return as_completed(with_results=True, raise_errors=False)
 
     @staticmethod
     def _preempted(future: Future, result: Any) -> bool:

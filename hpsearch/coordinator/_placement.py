@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from typing import TYPE_CHECKING, Any
+
+from hpsearch.coordinator._clock import WALL_CLOCK, Clock
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -45,6 +46,7 @@ class Placement:
         scaler: JobScaler | None = None,
         scheduled: bool = False,
         searched_sizes: bool = False,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.spec = spec
         self.client = client
@@ -57,7 +59,8 @@ class Placement:
         self.max_concurrent = self._max_concurrent()
         # The latest trials' durations only: nothing the coordinator keeps grows with the study.
         self.durations: collections.deque[float] = collections.deque(maxlen=RECENT_DURATIONS)
-        self._capacity_read = time.monotonic()
+        self.clock = clock
+        self._capacity_read = clock.monotonic()
 
     def refresh_capacity(self) -> None:
         """Re-read the cluster's workers (at most every 2 s): workers that join (an adaptive
@@ -66,7 +69,7 @@ class Placement:
         cluster sees work to scale up for."""
         from hpsearch.cluster import capacity
 
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._capacity_read < CAPACITY_REFRESH_S:
             return
         self._capacity_read = now

@@ -13,6 +13,7 @@ rebuilt from the study after a restart (:meth:`AshaScheduler.restore`).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,10 +71,17 @@ class _Bracket:
     # Per rung: number -> value (a float; a RungPoint with several objectives).
     values: list[dict[int, Any]] = field(default_factory=list)
     promoted: list[set[int]] = field(default_factory=list)
+    # One objective, per rung: every value's rank key, sorted (best first), and those of the
+    # trials that wait there to be promoted; a promotion then costs a bisection, not a sort
+    # of the rung (thousands of trials on a large cluster).
+    order: list[list[tuple[float, int]]] = field(default_factory=list)
+    waiting: list[list[tuple[float, int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.values = [{} for _ in self.rungs]
         self.promoted = [set() for _ in self.rungs]
+        self.order = [[] for _ in self.rungs]
+        self.waiting = [[] for _ in self.rungs]
 
 
 class AshaScheduler:
@@ -100,6 +108,12 @@ class AshaScheduler:
         ]
         self.waiting: dict[int, tuple[int, int]] = {}  # number -> (trial_id, rung index)
 
+    #: Whether a rung's values are ranked by one number (the rank keys of _Bracket are kept).
+    ordered = True
+
+    def _key(self, number: int, value: Any) -> tuple[float, int]:
+        return (-value if self.maximize else value, number)
+
     def _bracket(self, number: int) -> _Bracket:
         return self.brackets[number % len(self.brackets)]
 
@@ -117,21 +131,51 @@ class AshaScheduler:
         rung = bracket.rungs.index(epoch)
         bracket.values[rung][number] = value
         self.waiting[number] = (trial_id, rung)
+        if self.ordered:
+            key = self._key(number, value)
+            bisect.insort(bracket.order[rung], key)
+            bisect.insort(bracket.waiting[rung], key)
 
     def ended(self, number: int, state: str) -> None:
-        self.waiting.pop(number, None)
+        self._unwait(number)
+
+    def _unwait(self, number: int) -> tuple[int, int] | None:
+        """It waits no more (promoted, or ended); its ``(trial_id, rung)``."""
+        found = self.waiting.pop(number, None)
+        if found is not None and self.ordered:
+            bracket, rung = self._bracket(number), found[1]
+            keys = bracket.waiting[rung]
+            i = bisect.bisect_left(keys, self._key(number, bracket.values[rung][number]))
+            if i < len(keys) and keys[i][1] == number:
+                del keys[i]
+        return found
 
     def next(self) -> Job | None:
         """The best promotable paused trial, from the highest rung down (bracket by bracket)."""
         for bracket in self.brackets:
             for rung in reversed(range(len(bracket.rungs))):
-                for number in self._promotable(bracket.values[rung], bracket.promoted[rung]):
-                    if self.waiting.get(number, (0, -1))[1] != rung:
-                        continue
-                    trial_id, _ = self.waiting.pop(number)
-                    bracket.promoted[rung].add(number)
-                    stop = bracket.rungs[rung + 1] if rung + 1 < len(bracket.rungs) else None
-                    return Job(number, trial_id, stop)
+                number = self._best_promotable(bracket, rung)
+                if number is None:
+                    continue
+                found = self._unwait(number)
+                assert found is not None
+                bracket.promoted[rung].add(number)
+                stop = bracket.rungs[rung + 1] if rung + 1 < len(bracket.rungs) else None
+                return Job(number, found[0], stop)
+        return None
+
+    def _best_promotable(self, bracket: _Bracket, rung: int) -> int | None:
+        """The best trial waiting at ``rung`` that is in its top ``1/eta``, or None."""
+        if not self.ordered:
+            for number in self._promotable(bracket.values[rung], bracket.promoted[rung]):
+                if self.waiting.get(number, (0, -1))[1] == rung:
+                    return number
+            return None
+        top = len(bracket.values[rung]) // self.eta
+        waiting = bracket.waiting[rung]
+        # The best waiting trial is promotable if any is: it is when it ranks in the top.
+        if top and waiting and bisect.bisect_left(bracket.order[rung], waiting[0]) < top:
+            return waiting[0][1]
         return None
 
     def _promotable(self, values: Mapping[int, Any], promoted: set[int]) -> list[int]:
@@ -153,12 +197,18 @@ class AshaScheduler:
         for number, (trial_id, rung) in sorted(self.waiting.items()):
             out.append(Ended(number, trial_id, "PRUNED", self.reason(number, rung)))
         self.waiting.clear()
+        for bracket in self.brackets:
+            bracket.waiting = [[] for _ in bracket.rungs]
         return out
 
     def reason(self, number: int, rung: int) -> str:
         bracket = self._bracket(number)
         values = bracket.values[rung]
-        cut = cutoff(values, self.eta, self.maximize)
+        if self.ordered:  # the rung's ranking is kept: no sort
+            k = len(values) // self.eta
+            cut = values[bracket.order[rung][k - 1][1]] if k else None
+        else:
+            cut = cutoff(values, self.eta, self.maximize)
         head = (
             f"asha: paused at rung {rung} (epoch {bracket.rungs[rung]}) and never promoted: "
             f"{self.metric} {values[number]:.6g}"
@@ -198,6 +248,15 @@ class AshaScheduler:
                     bracket.promoted[rung].add(t.number)
             if running and t.number not in self.waiting:
                 again.append(Job(t.number, trial_id_of(t), stop))
+        if self.ordered:
+            for bracket in self.brackets:
+                for rung, values in enumerate(bracket.values):
+                    bracket.order[rung] = sorted(self._key(n, v) for n, v in values.items())
+                    bracket.waiting[rung] = sorted(
+                        self._key(n, values[n])
+                        for n, (_, r) in self.waiting.items()
+                        if r == rung and self._bracket(n) is bracket
+                    )
         return again
 
     def _target(self, trial: FrozenTrial) -> int | None:

@@ -146,6 +146,8 @@ class ParetoAshaScheduler(AshaScheduler):
         self.metrics = list(metrics)
         self.constraints = {m: dict(b) for m, b in (constraints or {}).items()}
 
+    ordered = False  # a rung is ranked by Pareto fronts, not by one number
+
     def _promotable(self, values: Mapping[int, Any], promoted: set[int]) -> list[int]:
         return promotable_points(values, promoted, self.eta, self.directions)
 

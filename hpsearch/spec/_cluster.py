@@ -19,6 +19,7 @@ from hpsearch.spec._messages import (
     _Spec,
     _Str,
 )
+from hpsearch.spec._simulated import SimulatedSpec
 
 
 def _check_gpus(value: Any) -> Any:
@@ -156,13 +157,18 @@ class ClusterSpec(_Spec):
         ),
     )
     backend: Annotated[
-        str, BeforeValidator(_choice("backend", ["local", "slurm", "kubernetes"]))
+        str, BeforeValidator(_choice("backend", ["local", "slurm", "kubernetes", "simulated"]))
     ] = Field(
         default="local",
         description=(
-            "local (worker processes on this machine, or cluster.address's workers), slurm or "
-            "kubernetes. Default local."
+            "local (worker processes on this machine, or cluster.address's workers), slurm, "
+            "kubernetes, or simulated (a surrogate benchmark's trials in virtual time). "
+            "Default local."
         ),
+    )
+    simulated: SimulatedSpec | None = Field(
+        default=None,
+        description="The simulated cluster (backend: simulated). Default: 4 workers.",
     )
     slurm: SlurmSpec | None = Field(default=None, description="SLURM settings (backend: slurm).")
     kubernetes: KubernetesSpec | None = Field(
@@ -201,6 +207,11 @@ class ClusterSpec(_Spec):
 def _check_backend(cluster: Any, problems: Any, storage: Any = None) -> None:
     if cluster is None:
         return
+    if cluster.simulated is not None and cluster.backend != "simulated":
+        problems.add(
+            "cluster.simulated",
+            f"only used with backend: simulated (backend is {cluster.backend})",
+        )
     for name in ("slurm", "kubernetes"):
         if cluster.backend == name and getattr(cluster, name) is None:
             problems.add(f"cluster.{name}", f"required with backend: {name}")

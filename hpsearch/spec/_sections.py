@@ -26,6 +26,7 @@ from hpsearch.spec._messages import (
     _Spec,
     _Str,
 )
+from hpsearch.spec._simulated import SURROGATE_MODELS
 
 BUILTIN_MODELS: tuple[str, ...] = ("cnn", "rnn", "lstm", "gan", "transformer")
 """Models hpsearch can train itself; any other model must be ``package.module:function``."""
@@ -36,7 +37,7 @@ BUILTIN_DATASETS: tuple[str, ...] = tuple(_catalog.BUILTIN)
 USER_OBJECTIVE_METRIC = "value"
 """The metric name of a user objective: the value its function returns."""
 
-_MINIMIZE_SUFFIXES = ("loss", "perplexity", "error", "mmd")
+_MINIMIZE_SUFFIXES = ("loss", "perplexity", "error", "mmd", "cross_entropy", "time")
 #: Costs a built-in model reports, minimized unless the file says otherwise.
 _MINIMIZE_COSTS = ("params", "train_seconds", "latency_ms", "epoch_s")
 _USER_REF_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -323,10 +324,12 @@ class ObjectiveSpec(_Spec):
                     f"{value!r} is not of the form 'package.module:function' for a user objective"
                 )
             return value
-        if value not in BUILTIN_MODELS:
+        if value not in BUILTIN_MODELS + SURROGATE_MODELS:
+            known = BUILTIN_MODELS + SURROGATE_MODELS
             raise _fail(
-                f"unknown model {value!r}{_did_you_mean(value, BUILTIN_MODELS)} "
+                f"unknown model {value!r}{_did_you_mean(value, known)} "
                 f"(built-in: {', '.join(BUILTIN_MODELS)}; "
+                f"surrogate benchmarks: {', '.join(SURROGATE_MODELS)}; "
                 "or a user objective as 'package.module:function')"
             )
         return value

@@ -48,6 +48,7 @@ from hpsearch.spec._sections import (
     default_direction,
 )
 from hpsearch.spec._share import ShareSpec, _check_searched_sizes, _renamed_cluster_keys
+from hpsearch.spec._simulated import SURROGATE_MODELS, check_simulated, default_space
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _NO_FILE = "<study>"
@@ -114,8 +115,9 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
         out[key] = problems.validate(model, raw, key)
 
     _check_backend(out.get("cluster"), problems, out.get("storage"))
+    check_simulated(data.get("objective"), out.get("cluster"), problems)
     raw_space = data.get("space")
-    raw_space = {} if raw_space is None else raw_space
+    raw_space = (default_space(data.get("objective")) or {}) if raw_space is None else raw_space
     space = _validate_space(raw_space, problems)
     space_ok = isinstance(raw_space, Mapping) and len(space) == len(raw_space)
     out["space"] = space
@@ -364,6 +366,8 @@ class StudySpec(_Spec):
             data["search"].pop("scheduler")
         if data["share"] == ShareSpec().model_dump(mode="json"):
             data.pop("share")  # a study's share of a pool is said only where it is not 1
+        if data["cluster"].get("simulated") is None:
+            data["cluster"].pop("simulated")  # the spec_hash stays as it was
         if data["cluster"].get("metrics") == MetricsSpec().model_dump(mode="json"):
             # Where the study is watched from is not what it is: the spec_hash stays as it was.
             data["cluster"].pop("metrics")
@@ -471,6 +475,8 @@ class StudySpec(_Spec):
             return self.objective.metric
         if self.is_user_objective:
             return USER_OBJECTIVE_METRIC
+        if self.objective.model in SURROGATE_MODELS:
+            return "val_accuracy"  # the benchmarks' (hpsearch.simulation)
         return _catalog.default_metric(self.objective.model, self.objective.dataset)
 
     @property

@@ -1,0 +1,133 @@
+"""``cluster.simulated``: a cluster in virtual time, and the surrogate models that run on it
+(``objective.model: lcbench | synthetic``, see :mod:`hpsearch.simulation`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+
+from hpsearch.spec._messages import _allowed, _duration, _Int, _Problems, _Seconds, _show, _Spec
+
+#: Models whose epochs are a benchmark's recorded curves: they run on the simulated cluster.
+SURROGATE_MODELS: tuple[str, ...] = ("lcbench", "synthetic")
+
+
+_Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class SimulatedSpec(_Spec):
+    """The simulated cluster: its workers, how often one is lost, and what is recorded."""
+
+    workers: _Int = Field(default=4, ge=1, description="Simulated workers. Default 4.")
+    gpus_per_worker: _Int = Field(
+        default=1, ge=1, description="Devices of each simulated worker. Default 1."
+    )
+    worker_mtbf: _Seconds = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Mean time between two losses of one worker ('6h', '30m' or seconds), drawn "
+            "exponentially; its trial resumes from its last checkpoint. Default null: none "
+            "is lost."
+        ),
+    )
+    restart: _Seconds = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds until a lost worker is back. Default 60.",
+    )
+    startup: _Seconds = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Seconds each start of a trial takes before its first epoch (process, data, "
+            "model). Default 0."
+        ),
+    )
+    seed: _Int = Field(default=0, description="Seed of the worker losses. Default 0.")
+    restart_coordinator_at: list[_Duration] = Field(
+        default_factory=list,
+        description=(
+            "Virtual times at which the coordinator is killed and started again, as after a "
+            "crash: its trials resume from their checkpoints. Default []."
+        ),
+    )
+
+
+def surrogate_of(raw_objective: Any) -> str | None:
+    """The surrogate model an objective names (``lcbench``, ``synthetic``), or None."""
+    if not isinstance(raw_objective, Mapping):
+        return None
+    model = raw_objective.get("model")
+    return model if isinstance(model, str) and model in SURROGATE_MODELS else None
+
+
+def surrogate_instance(bench: Any, dataset: Any) -> tuple[str | None, str | None]:
+    """The benchmark instance ``objective.dataset`` names, or why it names none."""
+    if dataset in (None, "digits"):  # the default data set: the benchmark's first instance
+        return bench.instances[0], None
+    if isinstance(dataset, str):
+        dataset = {"name": dataset}
+    if not isinstance(dataset, Mapping):
+        return None, f"expected {{name: {bench.name}, instance: ...}}, got {_show(dataset)}"
+    unknown = sorted(set(dataset) - {"name", "instance"})
+    if unknown:
+        return None, f"unknown key {unknown[0]!r} (allowed: name, instance)"
+    if dataset.get("name", bench.name) != bench.name:
+        return None, f"the {bench.name} model runs on its own data set: name: {bench.name}"
+    instance = str(dataset.get("instance", bench.instances[0]))
+    if instance not in bench.instances:
+        shown = ", ".join(bench.instances[:8]) + (", ..." if len(bench.instances) > 8 else "")
+        return None, f"unknown {bench.name} instance {instance!r} (instances: {shown})"
+    return instance, None
+
+
+def default_space(raw_objective: Any) -> dict[str, Any] | None:
+    """A surrogate model's own search space (the study's space when it gives none)."""
+    name = surrogate_of(raw_objective)
+    if name is None:
+        return None
+    from hpsearch.simulation._benchmarks import benchmark
+
+    return benchmark(name).space()
+
+
+def check_simulated(raw_objective: Any, cluster: Any, problems: _Problems) -> None:
+    """A surrogate model runs on the simulated cluster only, and the simulated cluster runs
+    surrogate models only; the instance, metric and epochs are the benchmark's."""
+    name = surrogate_of(raw_objective)
+    backend = getattr(cluster, "backend", "local")
+    if name is None:
+        if backend == "simulated":
+            problems.add(
+                "cluster.backend",
+                "simulated runs a benchmark's recorded curves: objective.model must be one of "
+                + ", ".join(SURROGATE_MODELS),
+            )
+        return
+    if cluster is not None and backend != "simulated":
+        problems.add(
+            "objective.model",
+            f"{name} is a surrogate benchmark: it runs on the simulated cluster only "
+            "(cluster.backend: simulated)",
+        )
+    from hpsearch.simulation._benchmarks import benchmark
+
+    bench = benchmark(name)
+    _, why = surrogate_instance(bench, raw_objective.get("dataset"))
+    if why is not None:
+        problems.add("objective.dataset", why)
+    metric = raw_objective.get("metric")
+    if isinstance(metric, str) and metric not in bench.metrics:
+        problems.add(
+            "objective.metric", f"{name} has no metric {metric!r} {_allowed(bench.metrics)}"
+        )
+    if raw_objective.get("metrics") is not None:
+        problems.add("objective.metrics", f"{name} optimizes one metric here; use metric")
+    epochs = raw_objective.get("epochs")
+    if isinstance(epochs, int) and epochs > bench.max_epochs:
+        problems.add(
+            "objective.epochs", f"{name} has {bench.max_epochs} epochs at most, got {epochs}"
+        )
