@@ -46,6 +46,8 @@ class StudyResult:
     parent_run_id: str
     #: Several objectives: the Pareto-front trials (Optuna's ``best_trials``); else empty.
     front: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    #: A simulated run's figures (virtual seconds, device-hours, ...; see hpsearch.simulation).
+    simulation: dict[str, Any] | None = None
 
 
 class Study:
@@ -315,6 +317,10 @@ class Study:
         return self._run(on_progress=on_progress)
 
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
+        if self.spec.cluster.backend == "simulated":
+            from hpsearch.simulation import run_study
+
+            return run_study(self, on_progress=on_progress)
         import optuna
 
         from hpsearch import _warm

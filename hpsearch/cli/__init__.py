@@ -25,6 +25,7 @@ from hpsearch.cli._common import (
     _user_error,
 )
 from hpsearch.cli._pool import pool_app
+from hpsearch.cli._simulate import simulate
 from hpsearch.cli._views import best, report, status, ui
 from hpsearch.cli._worker import worker
 from hpsearch.pareto import describe_goal
@@ -144,18 +145,27 @@ def run(
     _quiet_logs()
     _interrupt_then_stop()
     study = Study(spec, run_dir=run_dir)
+    simulated = spec.cluster.backend == "simulated"  # no MLflow: a benchmark's curves
     try:
         from hpsearch.tracking import check_reachable
 
         storage_url = study.storage_url  # ${VAR} in the URLs: a missing one is a user error
-        check_reachable(study.mlflow_uri)  # before anything is printed or created
+        if not simulated:
+            check_reachable(study.mlflow_uri)  # before anything is printed or created
     except HpsearchError as exc:
         raise _user_error(exc) from None
     console.print(
         f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {describe_goal(spec)})"
     )
     console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
-    console.print(f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'")
+    if simulated:
+        from hpsearch.simulation import describe
+
+        console.print(f"[bold]simulated cluster[/] {describe(spec)}")
+    else:
+        console.print(
+            f"[bold]mlflow[/] {_redact(study.mlflow_uri)}  experiment '{study.experiment}'"
+        )
     try:
         with RichProgress(console, title=spec.name) as display:
             result = study.run(on_progress=display)
@@ -197,6 +207,14 @@ def _summary(console: Any, result: Any) -> None:
         table.add_row("[bold]value[/]", f"[bold]{result.best.value:.6g}[/]")
         console.print(table)
     console.print(f"[bold]optuna storage[/] {result.storage_url}")
+    if result.simulation is not None:
+        sim = result.simulation
+        console.print(
+            f"[bold]simulated[/] {sim['simulated_s'] / 3600:.2f} h of cluster time, "
+            f"{sim['device_hours']:.1f} device-hours, {sim['worker_losses']} worker losses "
+            f"(in {sim['wall_s']:.1f} s)"
+        )
+        return
     uri = _redact(result.mlflow_uri)
     console.print(f"[bold]mlflow[/] {uri}  (mlflow ui --backend-store-uri {uri})")
 
@@ -208,6 +226,7 @@ app.command()(best)
 app.command()(status)
 app.command()(report)
 app.command()(ui)
+app.command()(simulate)
 app.add_typer(pool_app, name="pool")
 
 

@@ -26,7 +26,6 @@ class SimulatedSpec(_Spec):
     )
     worker_mtbf: _Seconds = Field(
         default=None,
-        gt=0,
         description=(
             "Mean time between two losses of one worker ('6h', '30m' or seconds), drawn "
             "exponentially; its trial resumes from its last checkpoint. Default null: none "
@@ -35,15 +34,13 @@ class SimulatedSpec(_Spec):
     )
     restart: _Seconds = Field(
         default=60.0,
-        ge=0,
         description="Seconds until a lost worker is back. Default 60.",
     )
     startup: _Seconds = Field(
-        default=0.0,
-        ge=0,
+        default=None,
         description=(
             "Seconds each start of a trial takes before its first epoch (process, data, "
-            "model). Default 0."
+            "model). Default null: none."
         ),
     )
     seed: _Int = Field(default=0, description="Seed of the worker losses. Default 0.")

@@ -1,0 +1,68 @@
+"""A simulated cluster: hpsearch's own coordinator, samplers, pruners and schedulers, on a
+clock that jumps from event to event, with trials whose epochs are a benchmark's recorded
+learning curves (``objective.model: lcbench | synthetic``, ``cluster.backend: simulated``).
+
+Only the executor and the clock are simulated (:mod:`._cluster`, :mod:`._trial`): the same
+:class:`~hpsearch.coordinator.Coordinator` asks, places, pauses, promotes and tells, and the
+study it leaves is an ordinary Optuna study. A run also leaves a timeline (every start of a
+trial: worker, virtual start and end, epochs, decision) and its figures (simulated wall
+time, device-hours, worker losses) in the study's run folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from hpsearch.simulation._run import SUMMARY, TIMELINE, Simulation, save, simulate
+
+if TYPE_CHECKING:
+    from hpsearch.progress import Progress
+    from hpsearch.spec import StudySpec
+    from hpsearch.study import Study, StudyResult
+
+__all__ = ["SUMMARY", "TIMELINE", "Simulation", "describe", "run_study", "save", "simulate"]
+
+
+def describe(spec: StudySpec) -> str:
+    """The simulated cluster and benchmark in one line."""
+    from hpsearch.spec._simulated import SimulatedSpec
+
+    sim = spec.cluster.simulated or SimulatedSpec()
+    dataset = spec.objective.dataset
+    instance = dataset.get("instance") if isinstance(dataset, dict) else None
+    parts = [
+        f"{sim.workers} workers x {sim.gpus_per_worker} device(s)",
+        f"{spec.objective.model}" + (f" instance {instance}" if instance else ""),
+    ]
+    if sim.worker_mtbf:
+        parts.append(f"a worker lost every {sim.worker_mtbf / 3600:.3g} h on average")
+    return ", ".join(parts)
+
+
+def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
+    """Run a study of ``cluster.backend: simulated`` (what :meth:`Study.run` does for one):
+    its Optuna study is written to the study's storage (replacing an earlier simulation of
+    it), its timeline and figures to its run folder."""
+    from hpsearch.storage import redact
+    from hpsearch.study import StudyResult
+    from hpsearch.trial import best_complete_trial
+
+    layout = study.layout
+    layout.create()
+    layout.spec_file.write_text(study.spec.to_yaml())
+    simulation = simulate(study.spec, study_dir=layout.study_dir, on_progress=on_progress)
+    save(simulation, layout.study_dir, study.storage_url)
+    figures = simulation.summary()
+    figures["wall_s"] = round(simulation.wall_s, 3)
+    return StudyResult(
+        study.spec.name,
+        simulation.progress,
+        best_complete_trial(simulation.study),
+        redact(study.storage_url),
+        "",
+        study.experiment,
+        "",
+        list(simulation.study.best_trials) if study.spec.is_multi_objective else [],
+        simulation=figures,
+    )

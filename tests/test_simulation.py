@@ -1,0 +1,241 @@
+"""The simulated cluster: the real coordinator and schedulers in virtual time, on surrogate
+benchmarks. Determinism, faults (lost workers, a coordinator restart), asha's decisions by
+hand, and the study file's errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hpsearch.exceptions import SpecError
+from hpsearch.simulation import TIMELINE, simulate
+from hpsearch.simulation._benchmarks import Curve, benchmark
+from hpsearch.spec import StudySpec
+
+
+def _spec(**overrides: Any) -> StudySpec:
+    data: dict[str, Any] = {
+        "name": "sim",
+        "objective": {"model": "synthetic", "epochs": 27},
+        "search": {"n_trials": 120, "sampler": "random", "scheduler": "asha", "seed": 3},
+        "cluster": {"backend": "simulated", "simulated": {"workers": 8}},
+    }
+    for key, value in overrides.items():
+        section, _, field = key.partition("__")
+        if field == "simulated":
+            data["cluster"]["simulated"].update(value)
+        elif field:
+            data[section][field] = value
+        else:
+            data[section] = value
+    return StudySpec.from_dict(data)
+
+
+def _steps_once(study: optuna.Study, spec: StudySpec, tmp_path) -> None:
+    """Every trial ended, and each reported exactly the benchmark's values at epochs 1..n."""
+    bench = benchmark(spec.objective.model)
+    for trial in study.get_trials(deepcopy=False):
+        assert trial.state in (TrialState.COMPLETE, TrialState.PRUNED), trial.number
+        steps = sorted(trial.intermediate_values)
+        assert steps == list(range(1, len(steps) + 1)), f"trial {trial.number}: {steps}"
+        curve = bench.curve(trial.params, bench.instances[0], spec.objective.epochs)
+        assert [trial.intermediate_values[s] for s in steps] == pytest.approx(
+            list(curve.values[: len(steps)])
+        )
+        if trial.state == TrialState.COMPLETE:
+            assert steps[-1] == spec.objective.epochs
+            assert trial.value == pytest.approx(curve.values[-1])
+
+
+def test_the_same_file_and_seed_give_the_same_trace(tmp_path):
+    spec = _spec(cluster__simulated={"worker_mtbf": "20m", "restart": "2m", "seed": 5})
+    first = simulate(spec, study_dir=tmp_path / "a")
+    second = simulate(spec, study_dir=tmp_path / "b")
+    assert first.worker_losses > 0, "the trace includes lost workers"
+    assert first.timeline() == second.timeline()
+    other = simulate(
+        _spec(cluster__simulated={"worker_mtbf": "20m", "restart": "2m", "seed": 6}),
+        study_dir=tmp_path / "c",
+    )
+    assert other.timeline() != first.timeline(), "the seed decides the losses"
+
+
+def test_lost_workers_and_a_coordinator_restart_lose_no_step(tmp_path):
+    spec = _spec(
+        cluster__simulated={
+            "worker_mtbf": "15m",
+            "restart": "1m",
+            "restart_coordinator_at": ["10m", "25m"],
+        },
+        objective__checkpoint_interval=60,
+    )
+    sim = simulate(spec, study_dir=tmp_path)
+    assert sim.worker_losses >= 5 and sim.coordinator_restarts == 2
+    trials = sim.study.get_trials(deepcopy=False)
+    assert len(trials) == spec.search.n_trials
+    _steps_once(sim.study, spec, tmp_path)
+    lost = [s for s in sim.segments if s["state"] == "LOST"]
+    assert lost, "some trials were on a lost worker"
+    # A trial that lost its worker started again, as a new attempt, from a checkpoint.
+    again = {(s["trial"], s["attempt"]) for s in sim.segments}
+    assert all((s["trial"], s["attempt"] + 1) in again for s in lost if s["to_epoch"] < 27)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A benchmark of fixed values: the trial with x = v reports v at epoch 1 and the
+    scheduler tests' hand-set value at epoch 3 (minimize)."""
+
+    name = "table"
+    metric = "val_accuracy"  # as the spec's surrogate says; minimized here
+    direction = "minimize"
+    max_epochs = 9
+    instances = ("t",)
+    metrics = ("val_accuracy",)
+
+    def space(self) -> dict[str, Any]:
+        return {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+
+    def curve(self, params: dict[str, Any], instance: str, epochs: int) -> Curve:
+        x = params["x"]
+        third = {0.4: 0.35, 0.3: 0.25, 0.2: 0.15}.get(round(x, 6), 0.5)
+        values = (x, x, third) + (third / 2,) * (epochs - 3)
+        return Curve(values[:epochs], (1.0,) * epochs, {"val_accuracy": values[:epochs]})
+
+    def best(self, instance: str) -> float:
+        return 0.0
+
+
+def test_asha_in_simulation_promotes_as_computed_by_hand(tmp_path):
+    """The scheduler tests' hand-computed schedule (eta 3, epochs 1 and 3, minimize), on one
+    simulated worker: each trial is asked only when no paused one can be promoted."""
+    spec = _spec(
+        objective={"model": "synthetic", "epochs": 9, "direction": "minimize"},
+        search={"n_trials": 7, "sampler": "random", "scheduler": "asha"},
+        cluster__simulated={"workers": 1},
+        space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+    )
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(study_name="sim", storage=storage)
+    for x in [0.5, 0.4, 0.6, 0.3, 0.8, 0.9, 0.2]:
+        study.enqueue_trial({"x": x})
+    sim = simulate(spec, study_dir=tmp_path, storage=storage, bench=_Table())
+    runs = [(s["trial"], s["from_epoch"], s["to_epoch"]) for s in sim.segments]
+    assert runs == [
+        (0, 0, 1),
+        (1, 0, 1),
+        (2, 0, 1),
+        (1, 1, 3),  # rung 0 holds 3: its top 1 (trial 1) goes on
+        (3, 0, 1),
+        (3, 1, 3),  # 4 // 3 = 1: trial 3 is the top
+        (4, 0, 1),
+        (5, 0, 1),
+        (6, 0, 1),
+        (6, 1, 3),  # the top 2 of 7 are 6 and 3
+        (6, 3, 9),  # rung 1 holds 3: its top 1 (trial 6) runs to the last epoch
+    ]
+    states = {t.number: t.state for t in sim.study.get_trials(deepcopy=False)}
+    assert states == {n: TrialState.PRUNED for n in range(6)} | {6: TrialState.COMPLETE}
+
+
+def test_a_pruner_in_simulation_records_its_reason(tmp_path):
+    spec = _spec(search={"n_trials": 40, "sampler": "random", "pruner": "median", "seed": 1})
+    sim = simulate(spec, study_dir=tmp_path)
+    pruned = [t for t in sim.study.get_trials(deepcopy=False) if t.state == TrialState.PRUNED]
+    assert pruned
+    assert all("median" in t.user_attrs["hpsearch.prune_reason"] for t in pruned)
+    _steps_once(sim.study, spec, tmp_path)
+
+
+def test_hpsearch_run_on_the_simulated_cluster(tmp_path):
+    study_file = tmp_path / "sim.yaml"
+    study_file.write_text(
+        "name: sim-cli\n"
+        "objective: {model: synthetic, epochs: 9}\n"
+        "search: {n_trials: 30, sampler: random, scheduler: asha, seed: 0}\n"
+        "cluster: {backend: simulated, simulated: {workers: 4}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "hpsearch.cli", "run", str(study_file), "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "simulated" in out.stdout and "device-hours" in out.stdout
+    folder = tmp_path / "sim-cli"
+    lines = [json.loads(line) for line in (folder / TIMELINE).read_text().splitlines()]
+    assert {line["trial"] for line in lines} == set(range(30))
+    # The study is an ordinary one in the run folder: the views read it.
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpsearch.cli",
+            "status",
+            str(study_file),
+            "--run-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert status.returncode == 0 and "30/30 ended" in status.stdout, status.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        ({"cluster": {"backend": "simulated", "simulated": {"workers": 0}}}, "workers", ">= 1"),
+        (
+            {"cluster": {"backend": "simulated", "simulated": {"worker_mtbf": "often"}}},
+            "cluster.simulated.worker_mtbf",
+            "",
+        ),
+        (
+            {"cluster": {"backend": "simulated", "simulated": {"nodes": 3}}},
+            "cluster.simulated.nodes",
+            "",
+        ),
+        ({"cluster": {"backend": "local"}}, "objective.model", "simulated"),
+        (
+            {
+                "objective": {"model": "cnn"},
+                "space": {"lr": {"type": "float", "low": 0.1, "high": 1}},
+            },
+            "cluster.backend",
+            "synthetic",
+        ),
+        ({"objective": {"model": "synthetic", "epochs": 500}}, "objective.epochs", "at most"),
+        (
+            {
+                "objective": {
+                    "model": "synthetic",
+                    "dataset": {"name": "synthetic", "instance": "zz"},
+                }
+            },
+            "objective.dataset",
+            "instance",
+        ),
+        ({"objective": {"model": "synthetic", "metric": "accuracy"}}, "objective.metric", ""),
+    ],
+)
+def test_a_bad_simulation_is_a_one_line_error(change, field, says):
+    data: dict[str, Any] = {
+        "name": "bad",
+        "objective": {"model": "synthetic"},
+        "cluster": {"backend": "simulated"},
+        **change,
+    }
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(data)
+    line = next(p for p in info.value.problems if field in p)
+    assert says in line and "\n" not in line
