@@ -16,13 +16,16 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "ClusterError",
     "GpuAllocationError",
     "HpsearchError",
     "MetricNotReported",
+    "MissingExtra",
     "RankFailed",
     "SpecError",
     "TrackingError",
@@ -66,6 +69,41 @@ class SpecError(HpsearchError):
     def __init__(self, problems: Sequence[str] | str) -> None:
         self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class MissingExtra(HpsearchError, ImportError):
+    """Raised when a feature needs a package of one of hpsearch's optional extras.
+
+    It is an :class:`ImportError` too, so code that guards an optional import still catches
+    it; its message names the extra to install.
+
+    Args:
+        feature: What needs the package, e.g. ``"the lcbench benchmark"``.
+        package: The missing package (also ImportError's ``name``).
+        extra: The optional extra of hpsearch that installs it.
+
+    Attributes:
+        feature: As given.
+        package: As given.
+        extra: As given.
+
+    Example:
+        >>> print(MissingExtra("the lcbench benchmark", package="onnxruntime", extra="sim"))
+        the lcbench benchmark needs onnxruntime: pip install 'hpsearch[sim]'
+    """
+
+    def __init__(self, feature: str, *, package: str, extra: str) -> None:
+        super().__init__(f"{feature} needs {package}: pip install 'hpsearch[{extra}]'")
+        self.name = package
+        self.feature = feature
+        self.package = package
+        self.extra = extra
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Keyword-only arguments: pickle (a Dask worker's error, say) through a partial.
+        return functools.partial(type(self), package=self.package, extra=self.extra), (
+            self.feature,
+        )
 
 
 class SpecRenamed(FutureWarning):

@@ -55,13 +55,13 @@ def _steps_once(study: optuna.Study, spec: StudySpec, tmp_path) -> None:
 
 
 def test_the_same_file_and_seed_give_the_same_trace(tmp_path):
-    spec = _spec(cluster__simulated={"worker_mtbf": "20m", "restart": "2m", "seed": 5})
+    spec = _spec(cluster__simulated={"worker_mtbf": "3m", "restart": "20s", "seed": 5})
     first = simulate(spec, study_dir=tmp_path / "a")
     second = simulate(spec, study_dir=tmp_path / "b")
     assert first.worker_losses > 0, "the trace includes lost workers"
     assert first.timeline() == second.timeline()
     other = simulate(
-        _spec(cluster__simulated={"worker_mtbf": "20m", "restart": "2m", "seed": 6}),
+        _spec(cluster__simulated={"worker_mtbf": "3m", "restart": "20s", "seed": 6}),
         study_dir=tmp_path / "c",
     )
     assert other.timeline() != first.timeline(), "the seed decides the losses"
@@ -70,11 +70,11 @@ def test_the_same_file_and_seed_give_the_same_trace(tmp_path):
 def test_lost_workers_and_a_coordinator_restart_lose_no_step(tmp_path):
     spec = _spec(
         cluster__simulated={
-            "worker_mtbf": "15m",
-            "restart": "1m",
-            "restart_coordinator_at": ["10m", "25m"],
+            "worker_mtbf": "2m",
+            "restart": "10s",
+            "restart_coordinator_at": ["30s", "80s"],
         },
-        objective__checkpoint_interval=60,
+        objective__checkpoint_interval=5,
     )
     sim = simulate(spec, study_dir=tmp_path)
     assert sim.worker_losses >= 5 and sim.coordinator_restarts == 2
@@ -239,3 +239,40 @@ def test_a_bad_simulation_is_a_one_line_error(change, field, says):
         StudySpec.from_dict(data)
     line = next(p for p in info.value.problems if field in p)
     assert says in line and "\n" not in line
+
+
+def test_lcbench_without_onnxruntime_is_a_one_line_error(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxruntime" else real(name, *a),
+    )
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(
+            {"name": "lc", "objective": {"model": "lcbench"}, "cluster": {"backend": "simulated"}}
+        )
+    assert info.value.problems == [
+        "<study>: objective.model: the lcbench benchmark needs onnxruntime: "
+        "pip install 'hpsearch[sim]'"
+    ]
+
+
+def test_lcbench_study_runs_on_its_own_space(tmp_path):
+    spec = StudySpec.from_dict(
+        {
+            "name": "lc",
+            "objective": {"model": "lcbench", "dataset": {"name": "lcbench", "instance": "7593"}},
+            "search": {"n_trials": 60, "sampler": "random", "scheduler": "asha", "seed": 0},
+            "cluster": {"backend": "simulated", "simulated": {"workers": 16}},
+        }
+    )
+    assert sorted(spec.space) == sorted(benchmark("lcbench").space())
+    assert spec.metric == "val_accuracy" and spec.direction.value == "maximize"
+    sim = simulate(spec, study_dir=tmp_path)
+    assert len(sim.study.get_trials(deepcopy=False)) == 60
+    assert sim.simulated_s > 0 and sim.device_hours > 0
+    best = sim.study.best_value
+    assert 0 < best <= benchmark("lcbench").best("7593")

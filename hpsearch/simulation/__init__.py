@@ -7,6 +7,18 @@ Only the executor and the clock are simulated (:mod:`._cluster`, :mod:`._trial`)
 study it leaves is an ordinary Optuna study. A run also leaves a timeline (every start of a
 trial: worker, virtual start and end, epochs, decision) and its figures (simulated wall
 time, device-hours, worker losses) in the study's run folder.
+
+A benchmark (:func:`benchmark`) has a search space and, for each configuration and instance,
+a :class:`Curve`: the objective metric at each epoch, the seconds each epoch takes and every
+other metric it has: ``lcbench`` (YAHPO Gym's LCBench surrogate; needs
+``pip install 'hpsearch[sim]'``) or ``synthetic`` (closed-form curves with a known optimum).
+
+Example:
+    >>> from hpsearch.simulation import benchmark
+    >>> bench = benchmark("synthetic")
+    >>> curve = bench.curve({"x": 0.5, "lr": 0.01, "width": 64}, "a", epochs=3)
+    >>> len(curve.values), curve.epoch_s
+    (3, (2.5, 2.5, 2.5))
 """
 
 from __future__ import annotations
@@ -14,14 +26,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hpsearch.simulation._benchmarks import BENCHMARKS, Benchmark, Curve, benchmark
+from hpsearch.simulation._lcbench import LCBench
 from hpsearch.simulation._run import SUMMARY, TIMELINE, Simulation, save, simulate
+from hpsearch.simulation._synthetic import Synthetic
 
 if TYPE_CHECKING:
     from hpsearch.progress import Progress
     from hpsearch.spec import StudySpec
     from hpsearch.study import Study, StudyResult
 
-__all__ = ["SUMMARY", "TIMELINE", "Simulation", "describe", "run_study", "save", "simulate"]
+__all__ = [
+    "BENCHMARKS",
+    "SUMMARY",
+    "TIMELINE",
+    "Benchmark",
+    "Curve",
+    "LCBench",
+    "Simulation",
+    "Synthetic",
+    "benchmark",
+    "describe",
+    "run_study",
+    "save",
+    "simulate",
+]
 
 
 def describe(spec: StudySpec) -> str:

@@ -141,7 +141,7 @@ def run_grid(
 
     bench = benchmark(spec.objective.model)
     instance, _ = surrogate_instance(bench, spec.objective.dataset)
-    best = bench.best(str(instance))
+    best = bench.best(str(instance), metric=spec.metric)
     maximize = spec.direction.value == "maximize"
     cells: list[Cell] = []
     for n in workers:

@@ -86,9 +86,13 @@ def default_space(raw_objective: Any) -> dict[str, Any] | None:
     name = surrogate_of(raw_objective)
     if name is None:
         return None
+    from hpsearch.exceptions import MissingExtra
     from hpsearch.simulation._benchmarks import benchmark
 
-    return benchmark(name).space()
+    try:
+        return benchmark(name).space()
+    except MissingExtra:
+        return {}  # the model's check says what is missing
 
 
 def check_simulated(raw_objective: Any, cluster: Any, problems: _Problems) -> None:
@@ -110,9 +114,14 @@ def check_simulated(raw_objective: Any, cluster: Any, problems: _Problems) -> No
             f"{name} is a surrogate benchmark: it runs on the simulated cluster only "
             "(cluster.backend: simulated)",
         )
+    from hpsearch.exceptions import MissingExtra
     from hpsearch.simulation._benchmarks import benchmark
 
-    bench = benchmark(name)
+    try:
+        bench = benchmark(name)
+    except MissingExtra as exc:
+        problems.add("objective.model", str(exc))
+        return
     _, why = surrogate_instance(bench, raw_objective.get("dataset"))
     if why is not None:
         problems.add("objective.dataset", why)

@@ -149,7 +149,7 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
                 for line in exc.problems:
                     field, _, message = line.partition(": ")
                     problems.add(field, message)
-        elif space_ok and not space:
+        elif space_ok and not space and objective.model not in SURROGATE_MODELS:
             problems.add(
                 "space",
                 f"the built-in model {objective.model!r} needs at least one searched "
