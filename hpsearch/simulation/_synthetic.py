@@ -58,7 +58,7 @@ class Synthetic:
 
     name = "synthetic"
     metric = "val_accuracy"
-    metrics = ("val_accuracy", "val_loss")
+    metrics: tuple[str, ...] = ("val_accuracy", "val_loss")
     direction = "maximize"
 
     def __init__(self, max_epochs: int = 52) -> None:
