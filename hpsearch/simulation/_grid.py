@@ -115,7 +115,7 @@ class Cell:
     times: list[float]
     regret: list[list[float]]  # per time, the seeds' regrets
     wall_s: float  # the machine's seconds of all its simulations
-    trials: int
+    trials: float  # trials per simulation, on average
 
     def summary(self, index: int = -1) -> tuple[float, float, float]:
         """IQM and its 95 % interval at ``times[index]``."""
@@ -134,7 +134,8 @@ def run_grid(
     on_run: Callable[[str, int, int], None] | None = None,
 ) -> list[Cell]:
     """Simulate every method at every worker count with seeds 0..seeds-1; each cell's regret
-    on ``points`` virtual times up to the slowest run's end at that worker count."""
+    on ``points`` virtual times up to the study's ``search.timeout`` (virtual seconds: no
+    trial starts after it), else up to the slowest run's end at that worker count."""
     from hpsearch.simulation._benchmarks import benchmark
     from hpsearch.simulation._run import simulate
     from hpsearch.spec._simulated import surrogate_instance
@@ -153,16 +154,17 @@ def run_grid(
                 one = variant(spec, method=method, workers=n, seed=seed)
                 with tempfile.TemporaryDirectory(prefix="hpsearch-sim-") as folder:
                     sim = simulate(one, study_dir=folder)
-                runs.setdefault(method, []).append(
-                    (anytime(sim, maximize), sim.wall_s, len(sim.segments))
-                )
-        horizon = max(c[-1][0] for r in runs.values() for c, _, _ in r if c)
+                trials = len(sim.study.get_trials(deepcopy=False))
+                runs.setdefault(method, []).append((anytime(sim, maximize), sim.wall_s, trials))
+        horizon = spec.search.timeout or max(
+            (c[-1][0] for r in runs.values() for c, _, _ in r if c), default=1.0
+        )
         times = [horizon * (i + 1) / points for i in range(points)]
         for method, results in runs.items():
             regret = [[regret_at(c, t, best, maximize) for c, _, _ in results] for t in times]
-            cells.append(
-                Cell(method, n, times, regret, sum(w for _, w, _ in results), spec.search.n_trials)
-            )
+            wall = sum(w for _, w, _ in results)
+            trials = sum(t for _, _, t in results) / len(results)
+            cells.append(Cell(method, n, times, regret, wall, trials))
     return cells
 
 

@@ -1,0 +1,188 @@
+"""Search methods side by side on LCBench, on a simulated cluster, and the simulator's own speed.
+
+    python benchmarks/simulate.py compare [--instances 3945,7593,34539,126025,189909]
+        [--seeds 20] [--workers 4,32,256] [--methods random,tpe,tpe+hyperband,asha,pbt]
+        [--hours 0.25] [--max-trials 1000] [--tpe-seeds N] [--out benchmarks/out/simulate]
+    python benchmarks/simulate.py speed [--trials 10000] [--workers 256] [--sampler random]
+        [--scheduler asha]
+
+``compare`` runs every method at every worker count on every instance with seeds
+0..seeds-1 (the seed is the sampler's), each for ``--hours`` of simulated time (the study's
+``search.timeout``: no trial starts after it) or ``--max-trials`` trials, whichever ends
+first, and prints the normalised regret at the end
+(the best validation accuracy found by then against the instance's reference best, as a
+fraction of it): interquartile mean over instances x seeds with a bootstrap 95 % interval,
+and the machine's seconds the simulations took. One plot per worker count (any-time regret,
+all instances pooled) goes to ``--out``. ``--tpe-seeds`` runs fewer seeds for the TPE
+methods at 256 workers, where each simulation runs thousands of trials and TPE's ask grows
+with the history.
+
+``speed`` times one simulation of ``--trials`` trials of up to 52 epochs (LCBench 3945) and
+says where the time goes (cProfile's top functions by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hpsearch.simulation import simulate
+from hpsearch.simulation._grid import Cell, bootstrap, iqm, plot, run_grid
+from hpsearch.spec import StudySpec
+
+
+def _spec(instance: str, *, hours: float | None, n_trials: int, sampler: str, scheduler: str):
+    search: dict[str, Any] = {
+        "n_trials": n_trials,
+        "sampler": sampler,
+        "scheduler": scheduler,
+        "seed": 0,
+    }
+    if hours is not None:
+        search["timeout"] = hours * 3600
+    return StudySpec.from_dict(
+        {
+            "name": f"lcbench-{instance}",
+            "objective": {
+                "model": "lcbench",
+                "epochs": 52,
+                "dataset": {"name": "lcbench", "instance": instance},
+            },
+            "search": search,
+            "cluster": {"backend": "simulated", "simulated": {"workers": 4}},
+        }
+    )
+
+
+def compare(args: argparse.Namespace) -> None:
+    instances = args.instances.split(",")
+    workers = [int(w) for w in args.workers.split(",")]
+    methods = args.methods.split(",")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pooled: dict[tuple[int, str], list[Cell]] = {}
+    started = time.perf_counter()
+    for instance in instances:
+        for n in workers:
+            for method in methods:
+                seeds = args.seeds
+                if n >= 256 and method.startswith("tpe") and args.tpe_seeds:
+                    seeds = args.tpe_seeds
+                spec = _spec(
+                    instance,
+                    hours=args.hours,
+                    n_trials=args.max_trials,
+                    sampler="random",
+                    scheduler="none",
+                )
+                (cell,) = run_grid(spec, methods=[method], workers=[n], seeds=seeds)
+                pooled.setdefault((n, method), []).append(cell)
+                print(
+                    f"  {instance} {n:>4} workers {method:<14} regret {cell.summary()[0]:.4f} "
+                    f"trials {cell.trials:7.0f}  {cell.wall_s:7.1f} s",
+                    flush=True,
+                )
+    print(f"\nall simulations: {time.perf_counter() - started:.0f} s of wall on this machine\n")
+    rows = []
+    print(
+        f"| workers | method | regret at {args.hours:g} h (IQM) | 95 % interval | "
+        "trials per run | seeds x instances | wall s |"
+    )
+    print("|---:|---|---:|---|---:|---:|---:|")
+    for (n, method), cells in sorted(pooled.items()):
+        final = [r for c in cells for r in c.regret[-1]]
+        low, high = bootstrap(final)
+        trials = sum(c.trials for c in cells) / len(cells)
+        wall = sum(c.wall_s for c in cells)
+        print(
+            f"| {n} | {method} | {iqm(final):.4f} | {low:.4f} - {high:.4f} | {trials:.0f} | "
+            f"{len(final)} | {wall:.0f} |"
+        )
+        rows.append(
+            {
+                "workers": n,
+                "method": method,
+                "iqm": iqm(final),
+                "low": low,
+                "high": high,
+                "trials": trials,
+                "runs": len(final),
+                "wall_s": wall,
+            }
+        )
+    (out / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    for n in workers:
+        merged = []
+        for (m_n, method), cells in pooled.items():
+            if m_n != n:
+                continue
+            merged.append(
+                Cell(
+                    method,
+                    n,
+                    cells[0].times,
+                    [[r for c in cells for r in c.regret[i]] for i in range(len(cells[0].times))],
+                    sum(c.wall_s for c in cells),
+                    sum(c.trials for c in cells) / len(cells),
+                )
+            )
+        path = out / f"lcbench-{n}-workers.png"
+        plot(merged, n, f"LCBench, {len(instances)} instances").savefig(path, dpi=110)
+        print(f"plot {path}")
+
+
+def speed(args: argparse.Namespace) -> None:
+    spec = _spec(
+        "3945", hours=None, n_trials=args.trials, sampler=args.sampler, scheduler=args.scheduler
+    )
+    data = spec.to_dict()
+    data["cluster"]["simulated"] = {"workers": args.workers}
+    spec = StudySpec.from_dict(data)
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    profile.enable()
+    sim = simulate(spec, study_dir=Path(args.out) / "speed")
+    profile.disable()
+    wall = time.perf_counter() - started
+    summary = sim.summary()
+    print(
+        f"{args.trials} trials, {args.workers} workers, {args.sampler} + {args.scheduler}: "
+        f"{wall:.1f} s of wall (with the profiler on), {summary['segments']} trial segments, "
+        f"{summary['simulated_s'] / 3600:.2f} simulated h, {summary['device_hours']:.0f} "
+        f"device-hours, best {sim.study.best_value:.3f}"
+    )
+    pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("--instances", default="3945,7593,34539,126025,189909")
+    c.add_argument("--seeds", type=int, default=20)
+    c.add_argument("--tpe-seeds", type=int, default=0)
+    c.add_argument("--workers", default="4,32,256")
+    c.add_argument("--methods", default="random,tpe,tpe+hyperband,asha,pbt")
+    c.add_argument("--hours", type=float, default=0.25)
+    c.add_argument("--max-trials", type=int, default=1000)
+    c.add_argument("--out", default="benchmarks/out/simulate")
+    s = sub.add_parser("speed")
+    s.add_argument("--trials", type=int, default=10_000)
+    s.add_argument("--workers", type=int, default=256)
+    s.add_argument("--sampler", default="random")
+    s.add_argument("--scheduler", default="asha")
+    s.add_argument("--out", default="benchmarks/out/simulate")
+    args = parser.parse_args()
+    {"compare": compare, "speed": speed}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
