@@ -14,10 +14,10 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._result import StudyResult
 from hpsearch.layout import RunLayout
 from hpsearch.spec import StudySpec
 from hpsearch.storage import redact
@@ -31,23 +31,6 @@ if TYPE_CHECKING:
     from hpsearch.progress import Progress
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StudyResult:
-    """What a run of a study left behind."""
-
-    study_name: str
-    progress: Progress
-    best: optuna.trial.FrozenTrial | None
-    storage_url: str
-    mlflow_uri: str
-    experiment: str
-    parent_run_id: str
-    #: Several objectives: the Pareto-front trials (Optuna's ``best_trials``); else empty.
-    front: list[optuna.trial.FrozenTrial] = field(default_factory=list)
-    #: A simulated run's figures (virtual seconds, device-hours, ...; see hpsearch.simulation).
-    simulation: dict[str, Any] | None = None
 
 
 class Study:

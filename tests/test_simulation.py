@@ -276,3 +276,49 @@ def test_lcbench_study_runs_on_its_own_space(tmp_path):
     assert sim.simulated_s > 0 and sim.device_hours > 0
     best = sim.study.best_value
     assert 0 < best <= benchmark("lcbench").best("7593")
+
+
+def test_a_study_that_ran_replays_with_the_same_decisions(tmp_path):
+    """A study's own records as a benchmark: the same sampler and seed ask the same trials,
+    and on one worker asha decides the same from the same values."""
+    from hpsearch import Study
+
+    spec = _spec(
+        search={"n_trials": 25, "sampler": "random", "scheduler": "asha", "seed": 4},
+        cluster__simulated={"workers": 1},
+    )
+    Study(spec, run_dir=tmp_path).run(progress=False)
+    data = spec.to_dict()
+    data["name"] = "again"
+    data["objective"] = {
+        "model": "replay",
+        "dataset": {"name": "replay", "study": str(tmp_path / "sim")},
+        "epochs": 27,
+    }
+    data.pop("space")  # the recorded study's
+    replay = StudySpec.from_dict(data)
+    assert replay.space == spec.space and replay.metric == "val_accuracy"
+    sim = simulate(replay, study_dir=tmp_path / "again")
+    from hpsearch.storage import open_storage
+
+    recorded = optuna.load_study(
+        study_name="sim", storage=open_storage(f"journal://{tmp_path / 'sim' / 'optuna.journal'}")
+    ).get_trials(deepcopy=False)
+
+    def ended(trials):
+        return {t.number: (t.params, t.state, dict(t.intermediate_values)) for t in trials}
+
+    assert ended(sim.study.get_trials(deepcopy=False)) == ended(recorded)
+
+
+def test_replay_of_a_folder_that_is_no_study_is_one_line(tmp_path):
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(
+            {
+                "name": "r",
+                "objective": {"model": "replay", "dataset": {"name": "replay", "study": "nope"}},
+                "cluster": {"backend": "simulated"},
+            }
+        )
+    (line,) = info.value.problems
+    assert line.startswith("<study>: objective.dataset: cannot replay nope:"), line

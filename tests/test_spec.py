@@ -600,7 +600,7 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
     line = one_problem(minimal(cluster={"zzz": 1}))
     assert line == (
         "<study>: cluster.zzz: unknown key (allowed: address, n_workers, gpus, slots, "
-        "backend, slurm, kubernetes, adapt, storage_access, tls, metrics)"
+        "backend, simulated, slurm, kubernetes, adapt, storage_access, tls, metrics)"
     )
 
 

@@ -32,9 +32,10 @@ from hpsearch.simulation._run import SUMMARY, TIMELINE, Simulation, save, simula
 from hpsearch.simulation._synthetic import Synthetic
 
 if TYPE_CHECKING:
+    from hpsearch._result import StudyResult
     from hpsearch.progress import Progress
     from hpsearch.spec import StudySpec
-    from hpsearch.study import Study, StudyResult
+    from hpsearch.study import Study
 
 __all__ = [
     "BENCHMARKS",
@@ -73,8 +74,8 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
     """Run a study of ``cluster.backend: simulated`` (what :meth:`Study.run` does for one):
     its Optuna study is written to the study's storage (replacing an earlier simulation of
     it), its timeline and figures to its run folder."""
+    from hpsearch._result import StudyResult
     from hpsearch.storage import redact
-    from hpsearch.study import StudyResult
     from hpsearch.trial import best_complete_trial
 
     layout = study.layout

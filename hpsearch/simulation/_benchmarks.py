@@ -12,13 +12,18 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 from hpsearch.simulation._curve import Benchmark, Curve
 from hpsearch.simulation._lcbench import LCBench
 from hpsearch.simulation._synthetic import Synthetic
 
-__all__ = ["BENCHMARKS", "Benchmark", "Curve", "benchmark"]
+__all__ = ["BENCHMARKS", "Benchmark", "Curve", "benchmark", "benchmark_of"]
 
-#: The benchmark names :func:`benchmark` knows.
+#: The benchmark names :func:`benchmark` knows (and ``replay``, a study that ran: see
+#: :func:`benchmark_of`).
 BENCHMARKS = ("lcbench", "synthetic")
 
 
@@ -38,3 +43,28 @@ def benchmark(name: str) -> Benchmark:
     if name == "synthetic":
         return Synthetic()
     raise ValueError(f"unknown benchmark {name!r}: one of {', '.join(BENCHMARKS)}")
+
+
+def benchmark_of(model: str, dataset: Any, source: Path | None = None) -> Benchmark:
+    """The benchmark a study's ``objective.model`` and ``objective.dataset`` name: one of
+    :data:`BENCHMARKS`, or ``replay`` with ``dataset: {name: replay, study: RUN_DIR/NAME}``
+    (a path relative to the study file's folder, else to the working directory).
+
+    Raises:
+        ValueError: With one line saying what is wrong (a missing or unreadable study).
+    """
+    if model != "replay":
+        return benchmark(model)
+    from hpsearch.exceptions import HpsearchError
+    from hpsearch.simulation._replay import Replay
+
+    folder = dataset.get("study") if isinstance(dataset, Mapping) else None
+    if not isinstance(folder, str):
+        raise ValueError("replay needs {name: replay, study: RUN_DIR/NAME}: a study that ran")
+    path = Path(folder).expanduser()
+    if not path.is_absolute() and source is not None and (source.parent / path).exists():
+        path = source.parent / path
+    try:
+        return Replay(path)
+    except (HpsearchError, OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"cannot replay {folder}: {str(exc).splitlines()[0]}") from None

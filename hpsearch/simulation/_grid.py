@@ -136,11 +136,11 @@ def run_grid(
     """Simulate every method at every worker count with seeds 0..seeds-1; each cell's regret
     on ``points`` virtual times up to the study's ``search.timeout`` (virtual seconds: no
     trial starts after it), else up to the slowest run's end at that worker count."""
-    from hpsearch.simulation._benchmarks import benchmark
+    from hpsearch.simulation._benchmarks import benchmark_of
     from hpsearch.simulation._run import simulate
     from hpsearch.spec._simulated import surrogate_instance
 
-    bench = benchmark(spec.objective.model)
+    bench = benchmark_of(spec.objective.model, spec.objective.dataset, spec.source)
     instance, _ = surrogate_instance(bench, spec.objective.dataset)
     best = bench.best(str(instance), metric=spec.metric)
     maximize = spec.direction.value == "maximize"
@@ -163,8 +163,8 @@ def run_grid(
         for method, results in runs.items():
             regret = [[regret_at(c, t, best, maximize) for c, _, _ in results] for t in times]
             wall = sum(w for _, w, _ in results)
-            trials = sum(t for _, _, t in results) / len(results)
-            cells.append(Cell(method, n, times, regret, wall, trials))
+            mean_trials = sum(t for _, _, t in results) / len(results)
+            cells.append(Cell(method, n, times, regret, wall, mean_trials))
     return cells
 
 

@@ -92,7 +92,7 @@ def simulate(
     from hpsearch.pareto import study_directions
     from hpsearch.pruning import build_pruner
     from hpsearch.sampling import build_sampler
-    from hpsearch.simulation._benchmarks import benchmark
+    from hpsearch.simulation._benchmarks import benchmark_of
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._trial import TrialRunner
     from hpsearch.spec._simulated import SimulatedSpec, surrogate_instance
@@ -100,7 +100,7 @@ def simulate(
 
     started = time.perf_counter()
     sim = spec.cluster.simulated or SimulatedSpec()
-    bench = bench or benchmark(spec.objective.model)
+    bench = bench or benchmark_of(spec.objective.model, spec.objective.dataset, spec.source)
     instance, why = surrogate_instance(bench, spec.objective.dataset)
     assert instance is not None, why  # the spec's checks said so
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -113,7 +113,9 @@ def simulate(
         **study_directions(spec),
     )
     study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
-    runner = TrialRunner(spec, study, bench, instance=instance, startup=sim.startup or 0.0)
+    # A replayed study's own start-up cost, where the file does not say.
+    startup = sim.startup if sim.startup is not None else getattr(bench, "startup", lambda: 0)()
+    runner = TrialRunner(spec, study, bench, instance=instance, startup=float(startup))
     cluster = SimCluster(
         workers=sim.workers,
         devices=sim.gpus_per_worker,

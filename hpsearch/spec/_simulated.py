@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -11,7 +12,7 @@ from pydantic import BeforeValidator, Field
 from hpsearch.spec._messages import _allowed, _duration, _Int, _Problems, _Seconds, _show, _Spec
 
 #: Models whose epochs are a benchmark's recorded curves: they run on the simulated cluster.
-SURROGATE_MODELS: tuple[str, ...] = ("lcbench", "synthetic")
+SURROGATE_MODELS: tuple[str, ...] = ("lcbench", "synthetic", "replay")
 
 
 _Duration = Annotated[float, BeforeValidator(_duration)]
@@ -69,9 +70,12 @@ def surrogate_instance(bench: Any, dataset: Any) -> tuple[str | None, str | None
         dataset = {"name": dataset}
     if not isinstance(dataset, Mapping):
         return None, f"expected {{name: {bench.name}, instance: ...}}, got {_show(dataset)}"
-    unknown = sorted(set(dataset) - {"name", "instance"})
+    keys = {"name", "study"} if bench.name == "replay" else {"name", "instance"}
+    unknown = sorted(set(dataset) - keys)
     if unknown:
-        return None, f"unknown key {unknown[0]!r} (allowed: name, instance)"
+        return None, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(keys))})"
+    if bench.name == "replay":
+        return bench.instances[0], None
     if dataset.get("name", bench.name) != bench.name:
         return None, f"the {bench.name} model runs on its own data set: name: {bench.name}"
     instance = str(dataset.get("instance", bench.instances[0]))
@@ -81,21 +85,27 @@ def surrogate_instance(bench: Any, dataset: Any) -> tuple[str | None, str | None
     return instance, None
 
 
-def default_space(raw_objective: Any) -> dict[str, Any] | None:
+def _bench(raw_objective: Mapping[str, Any], source: Path | None) -> Any:
+    from hpsearch.simulation._benchmarks import benchmark_of
+
+    return benchmark_of(str(raw_objective["model"]), raw_objective.get("dataset"), source)
+
+
+def default_space(raw_objective: Any, source: Path | None = None) -> dict[str, Any] | None:
     """A surrogate model's own search space (the study's space when it gives none)."""
-    name = surrogate_of(raw_objective)
-    if name is None:
+    if surrogate_of(raw_objective) is None:
         return None
     from hpsearch.exceptions import MissingExtra
-    from hpsearch.simulation._benchmarks import benchmark
 
     try:
-        return benchmark(name).space()
-    except MissingExtra:
-        return {}  # the model's check says what is missing
+        return dict(_bench(raw_objective, source).space())
+    except (MissingExtra, ValueError):
+        return {}  # the model's check says what is wrong
 
 
-def check_simulated(raw_objective: Any, cluster: Any, problems: _Problems) -> None:
+def check_simulated(
+    raw_objective: Any, cluster: Any, problems: _Problems, source: Path | None = None
+) -> None:
     """A surrogate model runs on the simulated cluster only, and the simulated cluster runs
     surrogate models only; the instance, metric and epochs are the benchmark's."""
     name = surrogate_of(raw_objective)
@@ -115,12 +125,14 @@ def check_simulated(raw_objective: Any, cluster: Any, problems: _Problems) -> No
             "(cluster.backend: simulated)",
         )
     from hpsearch.exceptions import MissingExtra
-    from hpsearch.simulation._benchmarks import benchmark
 
     try:
-        bench = benchmark(name)
+        bench = _bench(raw_objective, source)
     except MissingExtra as exc:
         problems.add("objective.model", str(exc))
+        return
+    except ValueError as exc:
+        problems.add("objective.dataset", str(exc))
         return
     _, why = surrogate_instance(bench, raw_objective.get("dataset"))
     if why is not None:

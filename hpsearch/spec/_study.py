@@ -115,9 +115,10 @@ def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
         out[key] = problems.validate(model, raw, key)
 
     _check_backend(out.get("cluster"), problems, out.get("storage"))
-    check_simulated(data.get("objective"), out.get("cluster"), problems)
+    check_simulated(data.get("objective"), out.get("cluster"), problems, source)
     raw_space = data.get("space")
-    raw_space = (default_space(data.get("objective")) or {}) if raw_space is None else raw_space
+    if raw_space is None:
+        raw_space = default_space(data.get("objective"), source) or {}
     space = _validate_space(raw_space, problems)
     space_ok = isinstance(raw_space, Mapping) and len(space) == len(raw_space)
     out["space"] = space
