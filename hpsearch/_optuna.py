@@ -85,3 +85,40 @@ def hyperband_bracket(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> i
 def percentile(pruner: Any) -> float:
     """The percentile of a ``PercentilePruner`` (no public getter)."""
     return float(pruner._percentile)
+
+
+class _SamplerView:
+    """A study as a sampler sees it: its trials through ``visible`` (see :func:`sampler_view`);
+    everything else is the study's own."""
+
+    def __init__(self, study: optuna.Study, visible: Any) -> None:
+        self._view_of = study
+        self._visible = visible
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view_of, name)
+
+    def _get_trials(
+        self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
+    ) -> list[FrozenTrial]:
+        trials = self._view_of._get_trials(deepcopy=False, states=states, use_cache=use_cache)
+        return list(self._visible(trials, states))
+
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy=deepcopy, states=states)
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+def sampler_view(study: optuna.Study, visible: Any) -> Any:
+    """``study`` as a sampler should see it: its trials filtered and added to by
+    ``visible(trials, states)`` (those valid in a changed space, with the current
+    distributions; an earlier study's, as prior knowledge).
+
+    Optuna's samplers read a study's trials through the private ``Study._get_trials`` (with
+    its cache), and some through ``get_trials``; there is no public hook for what they see.
+    The view answers both and delegates everything else to the study.
+    """
+    return _SamplerView(study, visible)

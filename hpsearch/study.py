@@ -275,6 +275,14 @@ class Study:
 
         return optuna.load_study(study_name=self.spec.name, storage=open_storage(self.storage_url))
 
+    def changes(self) -> list[Any]:
+        """What changed in the file since the study last ran (:class:`hpsearch.carry.Change`:
+        free, carried or breaking); nothing for a study that has not run."""
+        from hpsearch._study_start import changes_of, existing
+
+        journal = None if self.spec.storage else self.layout.journal
+        return changes_of(self.spec, existing(self.storage_url, self.spec.name, journal))
+
     @property
     def trial_sizes(self) -> list[float]:
         """The set sizes trials may ask for (several when ``gpus_per_trial`` is searched)."""
@@ -308,6 +316,7 @@ class Study:
 
         from hpsearch import _warm
         from hpsearch._study_end import close_tracking
+        from hpsearch._study_start import prepare, refuse_breaking
         from hpsearch.cluster import WORKER_WAIT_S, Capacity, capacity, check_workers
         from hpsearch.cluster._open import backend_for
         from hpsearch.coordinator import Coordinator
@@ -329,6 +338,7 @@ class Study:
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
+        refuse_breaking(spec, self.changes())  # before anything is started or written
         backend = backend_for(spec, client=self.client)
         remote = backend.remote
         if remote and self.mlflow_uri.startswith(("sqlite:", "file:")):
@@ -380,6 +390,7 @@ class Study:
                     **study_directions(spec),
                 )
                 study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
+                prepare(spec, study, self.layout.run_dir)  # the spec kept, a warm start
                 _warm.wait()  # the tracking store: MLflow is imported on one thread only
                 tracker = StudyTracker(
                     self.mlflow_uri,

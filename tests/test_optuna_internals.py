@@ -94,3 +94,29 @@ def test_a_relative_sample_given_to_a_trial_is_what_its_suggests_take(tmp_path) 
     assert trial.suggest_float("x", 0, 1) == drawn["x"]
     assert trial.suggest_float("y", 0, 1) == drawn["y"]
     assert study.trials[asked.number].params == drawn
+
+
+def test_samplers_read_the_trials_through_the_view() -> None:
+    """TPE reads a study's trials through ``Study._get_trials``: the view hpsearch gives a
+    sampler (a changed space, a warm start) must be what it reads."""
+    from hpsearch.carry import Carry, carried_sampler
+
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
+    for x in (0.1, 0.2, 0.9):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=space, value=x))
+    calls = []
+    carry = Carry(space)
+    real = carry.visible
+
+    def visible(trials, states):
+        calls.append(len(trials))
+        return real(trials, states)
+
+    carry.visible = visible  # type: ignore[method-assign]
+    study.sampler = carried_sampler(study.sampler, carry)
+    study.ask(space)
+    assert 3 in calls and 4 in calls  # the finished ones, and with the one being asked
+    view = _optuna.sampler_view(study, lambda trials, states: trials[:1])
+    assert len(view._get_trials(deepcopy=False, states=None, use_cache=False)) == 1
+    assert view.directions == study.directions

@@ -61,12 +61,19 @@ def _load(file: Path, overrides: dict[str, Any]) -> Any:
 
 
 @app.command()
-def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
-    """Check a study file; print a one-line summary of what it would run."""
+def validate(
+    file: Path = typer.Argument(..., help="The study file."),
+    run_dir: Path = typer.Option(
+        Path("runs"), "--run-dir", help="The run folder, where the study may have run before."
+    ),
+) -> None:
+    """Check a study file; print a one-line summary of what it would run, and what changed
+    since the study last ran."""
     from hpsearch.exceptions import HpsearchError
 
     try:
         spec = _load(file, {})
+        found = _changes(spec, run_dir)
     except HpsearchError as exc:
         raise _user_error(exc) from None
     from hpsearch.data import describe_dataset
@@ -79,6 +86,18 @@ def validate(file: Path = typer.Argument(..., help="The study file.")) -> None:
         f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, "
         f"searching {searched}"
     )
+    for change in found:
+        typer.echo(change.line(str(file), spec.name))
+
+
+def _changes(spec: Any, run_dir: Path) -> list[Any]:
+    """The changes since the study last ran (carried and free); breaking ones raise."""
+    from hpsearch.carry import refuse_breaking
+    from hpsearch.study import Study
+
+    found = Study(spec, run_dir=run_dir).changes()
+    refuse_breaking(spec, found)
+    return list(found)
 
 
 @app.command()
@@ -152,8 +171,11 @@ def run(
         storage_url = study.storage_url  # ${VAR} in the URLs: a missing one is a user error
         if not simulated:
             check_reachable(study.mlflow_uri)  # before anything is printed or created
+        found = _changes(spec, run_dir)  # a breaking change: nothing is written
     except HpsearchError as exc:
         raise _user_error(exc) from None
+    for change in found:
+        console.print(change.line(str(file), spec.name), markup=False)
     console.print(
         f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {describe_goal(spec)})"
     )

@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch._optuna import storage_of, study_id_of, trial_id_of
+from hpsearch.carry import VERSION_ATTR
 from hpsearch.coordinator._clock import WALL_CLOCK, Clock
 from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.coordinator._losses import WorkerLosses
@@ -96,6 +97,9 @@ class Coordinator:
         self.pending: list[Ready] = []
         self._storage = storage_of(study)
         self._study_id = study_id_of(study)
+        # The spec version the study runs under (hpsearch.carry): each new trial records it.
+        version = study.user_attrs.get(VERSION_ATTR)
+        self.spec_version = int(version) if version is not None else None
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
         # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
         self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
@@ -190,6 +194,7 @@ class Coordinator:
             study_id=self._study_id,
             directions=list(self.study.directions),
             relative=item.relative,
+            spec_version=self.spec_version,
         )
         self.scheduling.submitting(item)
         capacity = self.placement.capacity
@@ -208,6 +213,8 @@ class Coordinator:
 
     def _ask(self) -> Ready:
         trial = self.study.ask(self.distributions)
+        if self.spec_version is not None:
+            self._storage.set_trial_user_attr(trial_id_of(trial), VERSION_ATTR, self.spec_version)
         stop = self.scheduling.stop_at(trial.number)
         return Ready(
             trial_id_of(trial),

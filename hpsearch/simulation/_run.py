@@ -89,6 +89,7 @@ def simulate(
     continued); ``study_dir`` is the run folder the coordinator keeps its files in;
     ``bench``: the benchmark (default: the one ``objective.model`` names).
     """
+    from hpsearch._study_start import prepare
     from hpsearch.pareto import study_directions
     from hpsearch.pruning import build_pruner
     from hpsearch.sampling import build_sampler
@@ -113,6 +114,7 @@ def simulate(
         **study_directions(spec),
     )
     study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
+    prepare(spec, study, Path(study_dir).parent)  # the spec kept, a warm start
     # A replayed study's own start-up cost, where the file does not say.
     startup = sim.startup if sim.startup is not None else getattr(bench, "startup", lambda: 0)()
     runner = TrialRunner(spec, study, bench, instance=instance, startup=float(startup))

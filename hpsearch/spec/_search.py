@@ -20,6 +20,7 @@ from hpsearch.spec._messages import (
     _show,
     _Spec,
 )
+from hpsearch.spec._warm_start import WarmStarts
 
 SAMPLER_CLASSES: dict[str, str] = {
     "tpe": "TPESampler",
@@ -208,4 +209,11 @@ class SearchSpec(_Spec):
     )
     max_retries: _Int = Field(
         default=2, ge=0, description="Retries of a trial whose worker was lost (>= 0). Default 2."
+    )
+    warm_start: WarmStarts = Field(
+        default_factory=list,
+        description=(
+            "Earlier studies to start from: {from: NAME | RUN_DIR/NAME | storage URL, top_k: "
+            "10, history: true}, or a list of them. Default []."
+        ),
     )

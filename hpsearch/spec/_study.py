@@ -365,6 +365,9 @@ class StudySpec(_Spec):
                 data["search"].pop(key)
         if scheduler == "none":
             data["search"].pop("scheduler")
+        starts = [{"from": w.pop("from_"), **w} for w in data["search"].pop("warm_start")]
+        if starts:  # none: the spec_hash stays as it was
+            data["search"]["warm_start"] = starts
         if data["share"] == ShareSpec().model_dump(mode="json"):
             data.pop("share")  # a study's share of a pool is said only where it is not 1
         if data["cluster"].get("simulated") is None:

@@ -64,6 +64,10 @@ PARETO = "hpsearch.pareto"
 PAUSED_AT = "hpsearch.paused_at"
 #: A trial that continues another one's checkpoint (population-based training).
 PARENT_TRIAL = "hpsearch.parent_trial"
+#: The version of the study's spec a trial ran under, and the earlier study's trial whose
+#: configuration it took (a warm start's top_k): see hpsearch.carry.
+SPEC_VERSION = "hpsearch.spec_version"
+TRANSFERRED_FROM = "hpsearch.transferred_from"
 FROM_EPOCH = "hpsearch.from_epoch"
 
 # A trial stopped by Ctrl-C or SIGTERM: still RUNNING in the study, to resume on the next run.

@@ -291,6 +291,7 @@ def execute(
             tag.WORLD_SIZE: world_size,
             tag.ATTEMPT: attempt,
             **lineage_tags(task, study),
+            **({tag.SPEC_VERSION: task.spec_version} if task.spec_version else {}),
         },
         resume=resumed,
     )
@@ -324,6 +325,9 @@ def execute(
             )
         )
         run.log_params({**spec.objective.params, **tracked.params})
+        source = cached_trial(tracked).user_attrs.get(tag.TRANSFERRED_FROM)
+        if source is not None:  # a warm start's configuration, from an earlier study
+            run.set_tags({tag.TRANSFERRED_FROM: source})
         ctx = TrialContext(
             spec=spec,
             trial_number=task.trial_number,

@@ -1,0 +1,232 @@
+"""Studies that change: a study run again from an edited file (free, carried and breaking
+changes), and a study started from earlier ones (search.warm_start)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from hpsearch import Study
+from hpsearch.carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR
+from hpsearch.spec._changes import compare
+from hpsearch.storage import open_storage
+from hpsearch.testing import user_spec
+
+from .conftest import mlflow_runs
+
+STAIRCASE = "hpsearch.testing.objectives:staircase"
+
+
+def _study(run_dir, name):
+    url = f"journal://{run_dir / name / 'optuna.journal'}"
+    return optuna.load_study(study_name=name, storage=open_storage(url))
+
+
+def test_a_carried_range_change_keeps_the_trials_and_samples_from_the_valid_ones(
+    run_dir, dask_client, caplog
+):
+    spec = user_spec("edit", STAIRCASE, n_trials=6, pruner="none")
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    spec["space"]["x"]["high"] = 0.5
+    spec["search"]["n_trials"] = 10
+    edited = Study(spec, run_dir=run_dir, client=dask_client)
+    assert {(c.field, c.kind) for c in edited.changes()} == {
+        ("space.x", "carried"),
+        ("search.n_trials", "free"),
+    }
+    with caplog.at_level(logging.WARNING, logger="hpsearch.study"):
+        edited.run(progress=False)
+    study = _study(run_dir, "edit")
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 10 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert [t.user_attrs[VERSION_ATTR] for t in trials] == [1] * 6 + [2] * 4
+    assert all(t.params["x"] <= 0.5 for t in trials[6:])
+    valid = sum(t.params["x"] <= 0.5 for t in trials[:6])
+    assert f"the sampler learns from {valid} of the 6 earlier completed trials" in caplog.text
+    assert json.loads(study.user_attrs[SPEC_ATTR])["space"]["x"]["high"] == 0.5
+    # The sampler's view: the valid earlier trials, with the new distribution.
+    from hpsearch.carry import Carry
+    from hpsearch.space import to_distributions
+
+    carry = Carry(to_distributions(edited.spec.space))
+    seen = carry.visible(trials, None)
+    assert len(seen) == valid + 4
+    assert all(t.distributions["x"].high == 0.5 for t in seen)
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "edit")
+    versions = sorted(
+        r.data.tags.get("hpsearch.spec_version")
+        for r in runs
+        if "hpsearch.trial_number" in r.data.tags
+    )
+    assert versions == ["1"] * 6 + ["2"] * 4
+
+
+def test_a_free_change_keeps_the_spec_version(run_dir, dask_client):
+    spec = user_spec("free", STAIRCASE, n_trials=2)
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    spec["search"]["n_trials"] = 3
+    spec["search"]["max_retries"] = 4
+    again = Study(spec, run_dir=run_dir, client=dask_client)
+    assert {(c.field, c.kind) for c in again.changes()} == {
+        ("search.n_trials", "free"),
+        ("search.max_retries", "free"),
+    }
+    again.run(progress=False)
+    study = _study(run_dir, "free")
+    assert study.user_attrs[VERSION_ATTR] == 1
+    assert [t.user_attrs[VERSION_ATTR] for t in study.trials] == [1, 1, 1]
+
+
+def test_the_direction_flip_is_refused_and_nothing_is_written(run_dir, dask_client):
+    spec = user_spec("flip", STAIRCASE, n_trials=2)
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    spec["objective"]["direction"] = "maximize"
+    spec["search"]["n_trials"] = 4
+    path = run_dir / "flip.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    journal = run_dir / "flip" / "optuna.journal"
+    before = (journal.read_bytes(), (run_dir / "flip" / "study.yaml").read_text())
+    expected = (
+        f"error: {path}: objective.direction: minimize -> maximize: the earlier values mean "
+        "something else; the study 'flip' cannot carry it: give the study a new name, or start "
+        "a new one from this one (search.warm_start: {from: flip})"
+    )
+    for command in ("run", "validate"):
+        out = subprocess.run(
+            [sys.executable, "-m", "hpsearch.cli", command, str(path), "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 2, (command, out.stdout, out.stderr)
+        assert expected in out.stderr.replace("\n", " ").replace("  ", " "), out.stderr
+    assert (journal.read_bytes(), (run_dir / "flip" / "study.yaml").read_text()) == before
+
+
+def test_what_history_cannot_carry_is_breaking():
+    old = {
+        "objective": {"metric": "value", "epochs": 4, "dataset": "digits"},
+        "space": {
+            "opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+            "lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True},
+        },
+        "search": {"pruner": "median", "sampler": "tpe"},
+    }
+    new = {
+        "objective": {"metric": "value", "epochs": 6, "dataset": "digits"},
+        "space": {
+            "opt": {"type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+            "lr": {"type": "float", "low": 0.001, "high": 0.1, "log": False},
+        },
+        "search": {"pruner": "median", "sampler": "random"},
+    }
+    found = {c.field: (c.kind, c.why) for c in compare(old, new)}
+    assert found == {
+        "objective.epochs": (
+            "breaking",
+            "the pruner or scheduler compares trials at each epoch",
+        ),
+        "space.lr": ("breaking", "a parameter's log scale cannot change"),
+        "space.opt": ("breaking", "Optuna keeps one list of choices per parameter in a study"),
+        "search.sampler": ("carried", ""),
+    }
+
+
+def test_warm_start_enqueues_the_best_configurations_mapped_onto_the_new_space(
+    run_dir, dask_client, caplog
+):
+    Study(
+        user_spec("source", STAIRCASE, n_trials=6, pruner="none"),
+        run_dir=run_dir,
+        client=dask_client,
+    ).run(progress=False)
+    best = sorted(t.params["x"] for t in _study(run_dir, "source").trials)[:3]
+    spec = user_spec("warm", STAIRCASE, n_trials=4, pruner="none")
+    spec["space"]["x"] = {"type": "float", "low": 0.2, "high": 0.9}
+    spec["search"]["warm_start"] = {"from": "source", "top_k": 3, "history": False}
+    with caplog.at_level(logging.WARNING, logger="hpsearch.study"):
+        Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    trials = _study(run_dir, "warm").trials
+    assert len(trials) == 4
+    assert [t.params["x"] for t in trials[:3]] == pytest.approx([max(0.2, x) for x in best])
+    assert all(t.user_attrs[TRANSFERRED].startswith("source#") for t in trials[:3])
+    assert TRANSFERRED not in trials[3].user_attrs
+    clipped = sum(x < 0.2 for x in best)
+    assert "warm start: the best 3 of source run first" in caplog.text
+    assert (f"x clipped in {clipped}" in caplog.text) == bool(clipped)
+    # Run again: the warm start is not enqueued twice.
+    spec["search"]["n_trials"] = 5
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    assert sum(TRANSFERRED in t.user_attrs for t in _study(run_dir, "warm").trials) == 3
+
+
+def _sim(name, **search):
+    return {
+        "name": name,
+        "objective": {"model": "synthetic", "epochs": 9},
+        "search": {"n_trials": 40, "sampler": "random", "seed": 1, **search},
+        "cluster": {"backend": "simulated", "simulated": {"workers": 4}},
+    }
+
+
+def test_history_informs_the_sampler_and_is_never_counted_or_best(run_dir):
+    Study(_sim("old"), run_dir=run_dir).run(progress=False)
+    spec = _sim(
+        "new", sampler="tpe", n_trials=6, warm_start={"from": "old", "top_k": 0, "history": True}
+    )
+    result = Study(spec, run_dir=run_dir).run(progress=False)
+    study = _study(run_dir, "new")
+    assert len(study.trials) == 6 and result.progress.ended == 6
+    assert result.best is not None and result.best.number in range(6)
+    assert all(TRANSFERRED not in t.user_attrs for t in study.trials)
+    old = _study(run_dir, "old")
+    # TPE models from the first trial on (40 transferred trials are past its startup trials):
+    # its samples sit near the old study's good region, not spread as random ones.
+    good = sorted(old.trials, key=lambda t: -t.value)[:8]
+    lo, hi = min(t.params["x"] for t in good), max(t.params["x"] for t in good)
+    inside = sum(lo - 0.1 <= t.params["x"] <= hi + 0.1 for t in study.trials)
+    assert inside >= 4, [t.params["x"] for t in study.trials]
+
+
+def test_a_warm_start_across_directions_is_refused(run_dir):
+    from hpsearch.exceptions import SpecError
+
+    Study(_sim("up"), run_dir=run_dir).run(progress=False)
+    spec = _sim("down", warm_start="up")
+    spec["objective"]["direction"] = "minimize"
+    with pytest.raises(SpecError) as info:
+        Study(spec, run_dir=run_dir).run(progress=False)
+    assert info.value.problems == [
+        "<study>: search.warm_start: up optimizes val_accuracy (maximize), this study "
+        "val_accuracy (minimize): its values cannot inform this one"
+    ]
+
+
+def test_warm_start_from_a_study_in_postgresql_into_a_journal(run_dir):
+    import uuid
+
+    from .test_scale_out import _admin  # skips where there is no PostgreSQL
+
+    name = f"hps_{uuid.uuid4().hex[:10]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    try:
+        Study({**_sim("pg-source"), "storage": url}, run_dir=run_dir).run(progress=False)
+        spec = _sim("from-pg", n_trials=5, warm_start={"from": url, "top_k": 2, "history": True})
+        Study(spec, run_dir=run_dir).run(progress=False)
+        trials = _study(run_dir, "from-pg").trials
+        assert len(trials) == 5
+        assert [t.user_attrs.get(TRANSFERRED, "").split("#")[0] for t in trials[:2]] == [
+            f"pg-source ({url})"
+        ] * 2
+    finally:
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
