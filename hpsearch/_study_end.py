@@ -4,6 +4,7 @@ study's run with its summary."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.tracking import tag
@@ -43,3 +44,20 @@ def close_tracking(
         from hpsearch.pareto import mark_pareto_runs
 
         mark_pareto_runs(tracker, study, spec.metrics)
+
+
+def flush_workers(client: Any, backlog: Path) -> None:
+    """Wait for every worker's MLflow writes; those that cannot be made are saved in
+    ``backlog`` and written on the next run of the study."""
+    from hpsearch.tracking import flush_timeout
+    from hpsearch.training._runner import flush_tracking, spool_tracking
+
+    if sum(client.run(flush_tracking, flush_timeout()).values()):
+        saved = sum(client.run(spool_tracking, str(backlog)).values())
+        if saved:
+            log.warning(
+                "MLflow: %d trial runs could not be written (the tracking store does not "
+                "answer); kept in %s and written on the next run of this study",
+                saved,
+                backlog,
+            )

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpsearch._plotting import STATE_COLORS, _figure
+from hpsearch._plotting import STATE_COLORS, TRANSFERRED_COLOR, _figure
 from hpsearch.tracking import tag
 
 if TYPE_CHECKING:
@@ -150,7 +150,8 @@ def trials_dataframe(
 
 
 def plot_history(study: optuna.Study, *, metric: str) -> Figure:
-    """Each complete trial's value by trial number, and the best so far."""
+    """Each complete trial's value by trial number, and the best so far; the configurations a
+    warm start took from an earlier study in their own colour."""
     fig, ax = _figure(f"Optimization history: {metric}")
     done = [
         t
@@ -165,7 +166,16 @@ def plot_history(study: optuna.Study, *, metric: str) -> Figure:
     for y in ys:
         run = y if run is None else (max(run, y) if maximize else min(run, y))
         best.append(run)
-    ax.scatter(xs, ys, s=18, color=STATE_COLORS["COMPLETE"], label="complete trial")
+    moved = {t.number for t in done if tag.TRANSFERRED_FROM in t.user_attrs}
+    for taken, colour, label in (
+        (False, STATE_COLORS["COMPLETE"], "complete trial"),
+        (True, TRANSFERRED_COLOR, "from an earlier study (warm start)"),
+    ):
+        points = [(x, y) for x, y in zip(xs, ys, strict=True) if (x in moved) == taken]
+        if points or not taken:
+            ax.scatter(
+                [p[0] for p in points], [p[1] for p in points], s=18, color=colour, label=label
+            )
     if xs:
         ax.step(xs, best, where="post", color="#2ca02c", label="best so far")
     ax.set_xlabel("trial")

@@ -41,6 +41,7 @@ class Study:
         run_dir: the run folder (default ``./runs``); the study's files go to ``RUN_DIR/NAME/``.
         client: an existing Dask ``Client`` to run the trials on (default: the spec's
             ``cluster.address``, else a local cluster of worker processes started for the run).
+        warm_start: earlier studies to start from, as ``search.warm_start`` takes them.
     """
 
     def __init__(
@@ -50,7 +51,12 @@ class Study:
         run_dir: str | os.PathLike[str] | None = None,
         client: Client | None = None,
         objective: Callable[..., float] | None = None,
+        warm_start: Any = None,
     ) -> None:
+        if warm_start is not None:
+            from hpsearch.warm_start import with_warm_start
+
+            spec = with_warm_start(spec, warm_start)
         if objective is not None:
             # A function defined right here (a notebook cell): the spec names it, and the
             # workers get the function itself, by value.
@@ -315,7 +321,7 @@ class Study:
         import optuna
 
         from hpsearch import _warm
-        from hpsearch._study_end import close_tracking
+        from hpsearch._study_end import close_tracking, flush_workers
         from hpsearch._study_start import prepare, refuse_breaking
         from hpsearch.cluster import WORKER_WAIT_S, Capacity, capacity, check_workers
         from hpsearch.cluster._open import backend_for
@@ -329,11 +335,9 @@ class Study:
             ServerWatch,
             StudyTracker,
             check_reachable,
-            flush_timeout,
             get_client,
             replay_backlog,
         )
-        from hpsearch.training._runner import flush_tracking, spool_tracking
         from hpsearch.trial import best_complete_trial
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -454,19 +458,7 @@ class Study:
                 if metrics is not None:
                     metrics.stop_polling()  # the workers are asked no more; the counts stay up
                 status = "FINISHED"
-                # Every worker's MLflow writes are in, or else saved for the next run.
-                if sum(client.run(flush_tracking, flush_timeout()).values()):
-                    saved = sum(
-                        client.run(spool_tracking, str(self.layout.tracking_backlog)).values()
-                    )
-                    if saved:
-                        log.warning(
-                            "MLflow: %d trial runs could not be written "
-                            "(the tracking store does not answer); "
-                            "kept in %s and written on the next run of this study",
-                            saved,
-                            self.layout.tracking_backlog,
-                        )
+                flush_workers(client, self.layout.tracking_backlog)
                 progress.tracked = time.monotonic()
         finally:
             # The cluster is closed by now (local) or the trials cancelled (remote): what the

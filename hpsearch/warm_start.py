@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,3 +181,11 @@ def carry_for(spec: StudySpec, study: optuna.Study, history: list[FrozenTrial]) 
     from hpsearch.space import to_distributions
 
     return Carry(to_distributions(spec.space), history=history)
+
+
+def with_warm_start(spec: StudySpec | Mapping[str, Any], warm_start: Any) -> dict[str, Any]:
+    """``spec`` in file form with ``search.warm_start`` set to ``warm_start``."""
+    from hpsearch.spec import StudySpec
+
+    data = spec.to_dict() if isinstance(spec, StudySpec) else dict(spec)
+    return {**data, "search": {**dict(data.get("search") or {}), "warm_start": warm_start}}

@@ -150,9 +150,10 @@ def test_warm_start_enqueues_the_best_configurations_mapped_onto_the_new_space(
     best = sorted(t.params["x"] for t in _study(run_dir, "source").trials)[:3]
     spec = user_spec("warm", STAIRCASE, n_trials=4, pruner="none")
     spec["space"]["x"] = {"type": "float", "low": 0.2, "high": 0.9}
-    spec["search"]["warm_start"] = {"from": "source", "top_k": 3, "history": False}
-    with caplog.at_level(logging.WARNING, logger="hpsearch.study"):
-        Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    start = {"from": "source", "top_k": 3, "history": False}
+    with caplog.at_level(logging.WARNING, logger="hpsearch.study"):  # the Python API's way
+        Study(spec, run_dir=run_dir, client=dask_client, warm_start=start).run(progress=False)
+    spec["search"]["warm_start"] = start  # the file's way: the same spec
     trials = _study(run_dir, "warm").trials
     assert len(trials) == 4
     assert [t.params["x"] for t in trials[:3]] == pytest.approx([max(0.2, x) for x in best])
@@ -165,6 +166,9 @@ def test_warm_start_enqueues_the_best_configurations_mapped_onto_the_new_space(
     spec["search"]["n_trials"] = 5
     Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
     assert sum(TRANSFERRED in t.user_attrs for t in _study(run_dir, "warm").trials) == 3
+    # The report shows them in their own colour.
+    legend = Study(spec, run_dir=run_dir).plot_history().axes[0].get_legend()
+    assert "from an earlier study (warm start)" in [t.get_text() for t in legend.get_texts()]
 
 
 def _sim(name, **search):
