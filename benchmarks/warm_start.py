@@ -139,7 +139,8 @@ def main() -> None:
             flush=True,
         )
     print(
-        f"| all | {statistics.median(everything):.2f}x | {sum(s < 1 for s in everything)} of {len(everything)} | |"
+        f"| all | {statistics.median(everything):.2f}x | "
+        f"{sum(s < 1 for s in everything)} of {len(everything)} | |"
     )
     print(f"\n{time.perf_counter() - started:.0f} s of wall on this machine")
 
