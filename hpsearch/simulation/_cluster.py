@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from hpsearch.simulation._kernel import Kernel
     from hpsearch.simulation._trial import TrialSegment
 
 
@@ -46,7 +47,12 @@ class VirtualClock:
         return self._cluster.now
 
     def sleep(self, seconds: float) -> None:
-        self._cluster.advance_to(self._cluster.now + max(0.0, seconds))
+        until = self._cluster.now + max(0.0, seconds)
+        kernel = self._cluster.kernel
+        if kernel is not None and kernel.me is not None:  # one of several coordinators
+            kernel.sleep_until(until)
+        else:
+            self._cluster.advance_to(until)
 
 
 class SimFuture:
@@ -101,6 +107,9 @@ class Completions:
         return bool(self._ready)
 
     def next_batch(self, block: bool = True) -> list[tuple[SimFuture, Any]]:
+        kernel = self._cluster.kernel
+        if block and kernel is not None and kernel.me is not None:  # one of several
+            kernel.wait_until(lambda: bool(self._ready) or not self._waiting)
         while block and not self._ready and self._waiting:
             if not self._cluster.step():
                 raise SimulationStalled(
@@ -145,6 +154,7 @@ class SimCluster:
     ) -> None:
         self.now = 0.0
         self.clock = VirtualClock(self)
+        self.kernel: Kernel | None = None  # several coordinators (hpsearch.simulation._kernel)
         self.workers = [SimWorker(f"sim://worker-{i}", devices) for i in range(workers)]
         self.mtbf, self.restart = mtbf, restart
         self._start_segment = start_segment
@@ -230,6 +240,9 @@ class SimCluster:
             _, _, action = heapq.heappop(self._events)
             action()
         return True
+
+    def next_event_time(self) -> float | None:
+        return self._events[0][0] if self._events else None
 
     def advance_to(self, when: float) -> None:
         """Run every event up to ``when``; the clock then reads ``when``."""

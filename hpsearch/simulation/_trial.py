@@ -96,8 +96,10 @@ class TrialRunner:
         self.startup = startup
         self.cluster: SimCluster | None = None
         self.checkpoints: dict[int, int] = {}  # trial number -> epoch of its latest checkpoint
-        self.snapshots: set[tuple[int, int]] = set()  # (trial, epoch) kept for pbt
         self._pruning = spec.search.pruner.name != "none"
+        self.pooled = (
+            False  # on a simulated pool: trials yield when asked (hpsearch.simulation._pool)
+        )
         self._interval = spec.objective.checkpoint_interval
 
     def curve(self, params: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -132,6 +134,7 @@ class TrialRunner:
             target=int(task.stop_at or self.spec.objective.epochs),
             reported=set(frozen.intermediate_values),
             last_checkpoint=self.cluster.now,
+            study_dir=task.study_dir,
         )
         if start_epoch >= state.target:  # it reached its pause or its end before: no training
             self.cluster.at(self.cluster.now, lambda: self._reached(state, start_epoch))
@@ -171,7 +174,21 @@ class TrialRunner:
             return
         if self._pruning and self._prune(state, epoch, value):
             return
+        if self.pooled and self._yields(state, epoch):
+            return
         self._next_epoch(state, epoch + 1, now)
+
+    def _yields(self, state: _Running, epoch: int) -> bool:
+        """The pool asked this trial to hand its devices back: it stops here, its checkpoint
+        written, to run again later from this epoch (PREEMPTED, as a real trial says)."""
+        from hpsearch._stopfile import take_yield
+
+        reason = take_yield(state.study_dir, state.segment.number)
+        if reason is None:
+            return False
+        self.checkpoints[state.segment.number] = epoch
+        self._end(state, TrialOutcome(state.segment.number, "PREEMPTED", reason=reason), epoch)
+        return True
 
     def _checkpoint_due(self, state: _Running, epoch: int, now: float) -> bool:
         if self._interval is None:
@@ -203,8 +220,6 @@ class TrialRunner:
         value = float(state.curve[0][epoch - 1])
         number = segment_number(state)
         if epoch < self.spec.objective.epochs:
-            if self.spec.search.scheduler == "pbt":
-                self.snapshots.add((number, epoch))
             outcome = TrialOutcome(number, "PAUSED", value=value)
         else:
             if not math.isfinite(value):
@@ -238,3 +253,4 @@ class _Running:
     target: int
     reported: set[int]
     last_checkpoint: float
+    study_dir: str
