@@ -209,12 +209,25 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
             "hpsearch.prune_reason" in t for t in children if t["hpsearch.state"] == "PRUNED"
         )
         assert parent[0]["hpsearch.best_trial"] == str(result.best.number)
+        # Optuna's dashboard on the study's own storage, on the next port.
+        dashboard = f"http://127.0.0.1:{port + 1}"
+        studies = None
+        while studies is None:
+            try:
+                studies = json.load(urllib.request.urlopen(f"{dashboard}/api/studies", timeout=5))
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("the Optuna dashboard did not answer")
+                time.sleep(0.5)
+        (summary,) = studies["study_summaries"]
+        assert summary["study_name"] == "views"
         if shutil.which("chromium"):
             _browse(
                 f"{base}/#/experiments/{exp['experiment']['experiment_id']}/runs",
                 tmp_path,
                 expect=["views", "7 matching runs"],
             )
+            _browse(f"{dashboard}/dashboard", tmp_path / "dashboard", expect=["views"])
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

@@ -232,9 +232,8 @@ def ui(
     run_dir: Path = _RUN_DIR,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
 ) -> None:
-    """Start the MLflow UI for the study's tracking store on 127.0.0.1 (Ctrl-C stops it); also
-    the Optuna dashboard on the next port, if optuna-dashboard is installed."""
-    import importlib.util
+    """Start the MLflow UI for the study's tracking store on 127.0.0.1 and the Optuna
+    dashboard on the study's own storage on the next port (Ctrl-C stops them)."""
     import subprocess
 
     _quiet_logs()
@@ -276,23 +275,15 @@ def ui(
         except Exception:  # the store is read by the UI itself anyway
             pass
         console.print(f"[bold]MLflow UI[/] {url}  (experiment '{study.experiment}')")
-        if importlib.util.find_spec("optuna_dashboard") is not None:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "optuna_dashboard",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port + 1),
-                        study.storage_url.replace("journal://", ""),
-                    ],
-                    start_new_session=True,
-                )
+        dashboard = [sys.executable, "-m", "hpsearch.cli._dashboard", str(port + 1)]
+        procs.append(
+            subprocess.Popen(
+                dashboard,
+                start_new_session=True,
+                env={**os.environ, "HPSEARCH_STORAGE": study.storage_url},
             )
-            console.print(f"[bold]Optuna dashboard[/] http://127.0.0.1:{port + 1}")
+        )
+        console.print(f"[bold]Optuna dashboard[/] http://127.0.0.1:{port + 1}")
         console.print("Ctrl-C stops them")
         import time
 
