@@ -322,3 +322,35 @@ def test_replay_of_a_folder_that_is_no_study_is_one_line(tmp_path):
         )
     (line,) = info.value.problems
     assert line.startswith("<study>: objective.dataset: cannot replay nope:"), line
+
+
+def test_hpsearch_simulate_compares_methods_and_draws_them(tmp_path):
+    study_file = tmp_path / "grid.yaml"
+    study_file.write_text(
+        "name: grid\n"
+        "objective: {model: synthetic, epochs: 9}\n"
+        "search: {n_trials: 20, sampler: random}\n"
+        "cluster: {backend: simulated}\n"
+    )
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "hpsearch.cli", "simulate", str(study_file)),
+            *("--workers", "2,8", "--seeds", "3", "--methods", "random,asha,tpe+median"),
+            *("--out", str(tmp_path / "plots")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if "│" in line and "workers" not in line]
+    assert len(rows) == 6, out.stdout  # 2 worker counts x 3 methods
+    for n in (2, 8):
+        assert (tmp_path / "plots" / f"grid-{n}-workers.png").stat().st_size > 10_000
+    bad = subprocess.run(
+        [sys.executable, "-m", "hpsearch.cli", "simulate", str(study_file), "--methods", "sgd"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "unknown method 'sgd'" in bad.stderr
