@@ -2,14 +2,16 @@
 
     python benchmarks/simulate.py compare [--instances 3945,7593,34539,126025,189909]
         [--seeds 20] [--workers 4,32,256] [--methods random,tpe,tpe+hyperband,asha,pbt]
-        [--hours 0.25] [--max-trials 1000] [--tpe-seeds N] [--out benchmarks/out/simulate]
+        [--hours 0.25 | --budget 8] [--max-trials 1000] [--tpe-seeds N]
+        [--out benchmarks/out/simulate]
     python benchmarks/simulate.py speed [--trials 10000] [--workers 256] [--sampler random]
         [--scheduler asha]
 
 ``compare`` runs every method at every worker count on every instance with seeds
 0..seeds-1 (the seed is the sampler's), each for ``--hours`` of simulated time (the study's
-``search.timeout``: no trial starts after it) or ``--max-trials`` trials, whichever ends
-first, and prints the normalised regret at the end
+``search.timeout``: no trial starts after it; with ``--budget K``, K times the median time
+of one full trial on the instance, so that each worker can run about K full trials) or
+``--max-trials`` trials, whichever ends first, and prints the normalised regret at the end
 (the best validation accuracy found by then against the instance's reference best, as a
 fraction of it): interquartile mean over instances x seeds with a bootstrap 95 % interval,
 and the machine's seconds the simulations took. One plot per worker count (any-time regret,
@@ -62,6 +64,38 @@ def _spec(instance: str, *, hours: float | None, n_trials: int, sampler: str, sc
     )
 
 
+def _budget_hours(instance: str, args: argparse.Namespace) -> float:
+    """The simulated time each run gets: ``--hours``, or ``--budget`` times the median time of
+    one full trial on the instance (so that each worker can run about that many, whatever the
+    instance's epoch times)."""
+    if args.budget is None:
+        return float(args.hours)
+    import random
+    import statistics
+
+    from hpsearch.simulation import benchmark
+
+    bench = benchmark("lcbench")
+    rng = random.Random(0)
+    space = bench.space()
+
+    def draw(p: dict[str, Any]) -> Any:
+        import math
+
+        low, high = p["low"], p["high"]
+        if p.get("log"):
+            value = math.exp(rng.uniform(math.log(low), math.log(high)))
+        else:
+            value = rng.uniform(low, high)
+        return round(value) if p["type"] == "int" else value
+
+    totals = [
+        bench.curve({k: draw(p) for k, p in space.items()}, instance, 52).total_s
+        for _ in range(200)
+    ]
+    return args.budget * statistics.median(totals) / 3600
+
+
 def compare(args: argparse.Namespace) -> None:
     instances = args.instances.split(",")
     workers = [int(w) for w in args.workers.split(",")]
@@ -78,7 +112,7 @@ def compare(args: argparse.Namespace) -> None:
                     seeds = args.tpe_seeds
                 spec = _spec(
                     instance,
-                    hours=args.hours,
+                    hours=_budget_hours(instance, args),
                     n_trials=args.max_trials,
                     sampler="random",
                     scheduler="none",
@@ -93,7 +127,7 @@ def compare(args: argparse.Namespace) -> None:
     print(f"\nall simulations: {time.perf_counter() - started:.0f} s of wall on this machine\n")
     rows = []
     print(
-        f"| workers | method | regret at {args.hours:g} h (IQM) | 95 % interval | "
+        "| workers | method | regret at the end (IQM) | 95 % interval | "
         "trials per run | seeds x instances | wall s |"
     )
     print("|---:|---|---:|---|---:|---:|---:|")
@@ -172,6 +206,7 @@ def main() -> None:
     c.add_argument("--workers", default="4,32,256")
     c.add_argument("--methods", default="random,tpe,tpe+hyperband,asha,pbt")
     c.add_argument("--hours", type=float, default=0.25)
+    c.add_argument("--budget", type=float, default=None)
     c.add_argument("--max-trials", type=int, default=1000)
     c.add_argument("--out", default="benchmarks/out/simulate")
     s = sub.add_parser("speed")
