@@ -10,10 +10,11 @@ written; a carried one makes a new version, and each trial records the version i
 The sampler sees the study through :class:`CarriedSampler`: earlier trials whose parameters
 are all valid in the current space, with the current distributions (Optuna's samplers model
 only trials whose distributions agree), and the completed trials of the warm-start studies
-(``history``), marked transferred with their source. Those are the sampler's prior
-knowledge only: they are not in this study, so they are never its best and never in its
-budget. A warm start's ``top_k`` best configurations, mapped onto this space, are enqueued
-once, as the study's first trials.
+(``history``), marked transferred with their source, until the study has 10 completed
+trials of its own (their values put on this study's scale by rank: see :meth:`Carry.prior`).
+Those are the sampler's prior knowledge only: they are not in this study, so they are never
+its best and never in its budget. A warm start's ``top_k`` best configurations, mapped onto
+this space, are enqueued once, as the study's first trials.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ VERSION_ATTR = "hpsearch.spec_version"
 WARM_ATTR = "hpsearch.warm_start"
 #: Trial user attribute (and MLflow tag) of a configuration taken from an earlier study.
 TRANSFERRED = "hpsearch.transferred_from"  # = tracking.tag.TRANSFERRED_FROM
+#: The transferred trials inform the sampler until the study has this many completed trials
+#: of its own (TPE's start-up count; see Carry.prior).
+HISTORY_UNTIL = 10
 
 
 def stored_spec(study: optuna.Study) -> dict[str, Any] | None:
@@ -110,6 +114,7 @@ def _as_current(
     *,
     number: int | None = None,
     user_attrs: dict[str, Any] | None = None,
+    value: float | None = None,
 ) -> FrozenTrial:
     """``trial`` with the current distributions of the parameters the space has (and another
     number and user attributes, for one taken from another study)."""
@@ -121,8 +126,8 @@ def _as_current(
     return FrozenTrial(
         number=trial.number if number is None else number,
         state=trial.state,
-        value=None,
-        values=trial.values,
+        value=value,
+        values=None if value is not None else trial.values,
         datetime_start=trial.datetime_start,
         datetime_complete=trial.datetime_complete,
         params=kept,
@@ -130,7 +135,7 @@ def _as_current(
         user_attrs=trial.user_attrs if user_attrs is None else user_attrs,
         system_attrs=trial.system_attrs,
         intermediate_values=trial.intermediate_values,
-        trial_id=trial_id_of(trial) if number is None else number,
+        trial_id=trial_id_of(trial) if number is None or number >= 0 else number,
     )
 
 
@@ -144,8 +149,9 @@ class Carry:
 
     def visible(self, trials: Iterable[FrozenTrial], states: Any) -> list[FrozenTrial]:
         """The study's trials valid in the current space, with its distributions, after the
-        transferred ones (numbered below 0, in the states asked for)."""
-        out = [t for t in self.history if states is None or t.state in states]
+        transferred ones (numbered below 0, in the states asked for; see :meth:`prior`)."""
+        trials = list(trials)
+        out = [t for t in self.prior(trials) if states is None or t.state in states]
         for trial in trials:
             if all(trial.distributions.get(n, d) == d for n, d in self.space.items()):
                 out.append(trial)  # this version's, or unchanged: as it is
@@ -157,6 +163,38 @@ class Carry:
                 seen = self._seen[trial.number] = (key, kept)
             if seen[1] is not None:
                 out.append(seen[1])
+        return out
+
+    def prior(self, trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+        """The transferred trials as the sampler sees them next to ``trials`` (the study's).
+
+        They are prior knowledge for a study that has little of its own: once it has
+        :data:`HISTORY_UNTIL` completed trials (TPE's own start-up count) the sampler learns
+        from those alone. And another study's values need not be on this one's scale (another
+        data set: accuracies of 95 % there, 70 % here), while a sampler ranks all it sees
+        together: from 3 completed trials on, each transferred trial's value is the value at
+        its rank's quantile among this study's own (its order among the transferred kept)."""
+        from optuna.trial import TrialState
+
+        own = sorted(
+            float(t.value)
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.value is not None and t.number >= 0
+        )
+        if not self.history or len(own) >= HISTORY_UNTIL:
+            return []
+        if len(own) < 3:
+            return list(self.history)
+        order = sorted(range(len(self.history)), key=lambda i: float(self.history[i].value or 0))
+        out = list(self.history)
+        for rank, i in enumerate(order):
+            at = rank / max(1, len(order) - 1) * (len(own) - 1)
+            low = int(at)
+            high = min(low + 1, len(own) - 1)
+            value = own[low] + (own[high] - own[low]) * (at - low)
+            out[i] = _as_current(
+                self.history[i], self.space, number=self.history[i].number, value=value
+            )
         return out
 
     def valid_count(self, trials: Sequence[FrozenTrial]) -> int:

@@ -7,7 +7,8 @@ Optuna storage URL (its one study, or the study of this study's name in it). Fro
   range clipped to it, a choice this space lacks left to the sampler, a parameter it lacks
   sampled), enqueued once as this study's first trials, each with the user attribute
   ``hpsearch.transferred_from: SOURCE#NUMBER``;
-- ``history``: its completed trials that are valid in this space, for the sampler alone.
+- ``history``: its completed trials that are valid in this space, for the sampler alone,
+  until this study has ``HISTORY_UNTIL`` (10) completed trials of its own.
 
 A source that optimizes another metric or in another direction cannot inform this study: one
 line says so, as for a breaking change.
@@ -22,7 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.carry import SPEC_ATTR, TRANSFERRED, WARM_ATTR, Carry, _as_current, _valid
+from hpsearch.carry import (
+    HISTORY_UNTIL,
+    SPEC_ATTR,
+    TRANSFERRED,
+    WARM_ATTR,
+    Carry,
+    _as_current,
+    _valid,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -170,7 +179,8 @@ def apply(spec: StudySpec, study: optuna.Study, run_dir: Path) -> WarmStart:
                 out.history.append(_as_current(trial, space, number=first - i, user_attrs=attrs))
             out.lines.append(
                 f"warm start: the sampler learns from {len(valid)} of {len(complete)} completed "
-                f"trials of {label} (valid in this space; never this study's best or budget)"
+                f"trials of {label} (valid in this space) until this study has "
+                f"{HISTORY_UNTIL} of its own; never its best or budget"
             )
     study.set_user_attr(WARM_ATTR, json.dumps(sorted(done)))
     return out
