@@ -91,10 +91,13 @@ def validate(
 
 
 def _changes(spec: Any, run_dir: Path) -> list[Any]:
-    """The changes since the study last ran (carried and free); breaking ones raise."""
+    """The changes since the study last ran (carried and free); breaking ones raise. None for
+    a simulation: each run replaces its study."""
     from hpsearch.carry import refuse_breaking
     from hpsearch.study import Study
 
+    if spec.cluster.backend == "simulated":
+        return []
     found = Study(spec, run_dir=run_dir).changes()
     refuse_breaking(spec, found)
     return list(found)
