@@ -224,8 +224,15 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
 
         url = wait_for_endpoint(run_dir / "urgent", timeout=30)
         assert url is not None
-        scraped = urllib.request.urlopen(url, timeout=10).read().decode()
-        assert 'hpsearch_pool_fair_share{study="urgent"} 2.0' in scraped, scraped
+        # The share comes with the study's next heartbeat (every second), so a scrape soon
+        # after the devices are granted may still show the one before.
+        deadline = time.monotonic() + 30
+        while True:
+            scraped = urllib.request.urlopen(url, timeout=10).read().decode()
+            if 'hpsearch_pool_fair_share{study="urgent"} 2.0' in scraped:
+                break
+            assert time.monotonic() < deadline, scraped
+            time.sleep(0.5)
         assert 'hpsearch_pool_devices_held{study="urgent"}' in scraped
         out_urgent, _ = urgent.communicate(timeout=180)
         out_background, _ = background.communicate(timeout=180)
