@@ -227,7 +227,7 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
                 tmp_path,
                 expect=["views", "7 matching runs"],
             )
-            _browse(f"{dashboard}/dashboard", tmp_path / "dashboard", expect=["views"])
+            _browse(f"{dashboard}/dashboard", tmp_path, expect=["views"], screenshot=False)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -246,9 +246,9 @@ def test_cli_ui_serves_the_study_and_stops_cleanly(finished, tmp_path):
         urllib.request.urlopen(f"{base}/health", timeout=2)
 
 
-def _browse(url: str, folder: Path, *, expect: list[str]) -> None:
-    """Load ``url`` in headless Chromium; its rendered page must show ``expect`` (a screenshot
-    is left in ``folder`` for a person to look at)."""
+def _browse(url: str, folder: Path, *, expect: list[str], screenshot: bool = True) -> None:
+    """Load ``url`` in headless Chromium; its rendered page must show ``expect`` (with
+    ``screenshot``, one is left in ``folder`` for a person to look at)."""
     flags = [
         "--headless",
         "--no-sandbox",
@@ -258,19 +258,20 @@ def _browse(url: str, folder: Path, *, expect: list[str]) -> None:
         "--window-size=1400,900",
         "--virtual-time-budget=20000",
     ]
-    shot = subprocess.run(
-        [
-            "chromium",
-            *flags,
-            f"--user-data-dir={folder / 'chromium-1'}",
-            f"--screenshot={folder / 'ui.png'}",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert (folder / "ui.png").stat().st_size > 20000, shot.stderr[-2000:]
+    if screenshot:
+        shot = subprocess.run(
+            [
+                "chromium",
+                *flags,
+                f"--user-data-dir={folder / 'chromium-1'}",
+                f"--screenshot={folder / 'ui.png'}",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (folder / "ui.png").stat().st_size > 20000, shot.stderr[-2000:]
     dom = subprocess.run(
         ["chromium", *flags, f"--user-data-dir={folder / 'chromium-2'}", "--dump-dom", url],
         capture_output=True,
