@@ -18,6 +18,7 @@ from hpsearch.exceptions import SpecError
 from hpsearch.simulation import TIMELINE, simulate
 from hpsearch.simulation._benchmarks import Curve, benchmark
 from hpsearch.spec import StudySpec
+from hpsearch.storage import open_storage
 
 
 def _spec(**overrides: Any) -> StudySpec:
@@ -354,3 +355,37 @@ def test_hpsearch_simulate_compares_methods_and_draws_them(tmp_path):
         timeout=300,
     )
     assert bad.returncode == 2 and "unknown method 'sgd'" in bad.stderr
+
+
+def test_a_simulated_study_can_be_recorded_in_mlflow(tmp_path):
+    from hpsearch import Study
+
+    from .conftest import mlflow_runs
+
+    spec = _spec(
+        search={"n_trials": 12, "sampler": "random", "scheduler": "asha", "seed": 2},
+        cluster__simulated={"tracking": True},
+    )
+    result = Study(spec, run_dir=tmp_path).run(progress=False)
+    client, runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "sim")
+    (parent,) = [r for r in runs if r.data.tags.get("hpsearch.role") == "study"]
+    assert parent.info.run_id == result.parent_run_id
+    assert parent.data.tags["hpsearch.simulated"] == "true"
+    trials = {int(r.data.tags["hpsearch.trial_number"]): r for r in runs if r is not parent}
+    study = optuna.load_study(
+        study_name="sim",
+        storage=open_storage(f"journal://{tmp_path / 'sim' / 'optuna.journal'}"),
+    )
+    assert sorted(trials) == list(range(12))
+    for trial in study.trials:
+        run = trials[trial.number]
+        assert run.data.tags["hpsearch.state"] == trial.state.name
+        assert run.info.status == "FINISHED" and run.info.end_time >= run.info.start_time
+        history = client.get_metric_history(run.info.run_id, "val_accuracy")
+        assert {m.step: m.value for m in history} == pytest.approx(trial.intermediate_values)
+        if trial.state == TrialState.PRUNED:
+            assert "asha" in run.data.tags["hpsearch.prune_reason"]
+    # Run again: the records are replaced, not added to.
+    Study(spec, run_dir=tmp_path).run(progress=False)
+    _, again = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "sim")
+    assert len(again) == 13

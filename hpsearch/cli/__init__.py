@@ -239,7 +239,8 @@ def _summary(console: Any, result: Any) -> None:
             f"{sim['device_hours']:.1f} device-hours, {sim['worker_losses']} worker losses "
             f"(in {sim['wall_s']:.1f} s)"
         )
-        return
+        if not result.mlflow_uri:  # cluster.simulated.tracking: false
+            return
     uri = _redact(result.mlflow_uri)
     console.print(f"[bold]mlflow[/] {uri}  (mlflow ui --backend-store-uri {uri})")
 

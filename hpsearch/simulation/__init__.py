@@ -85,14 +85,20 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
     save(simulation, layout.study_dir, study.storage_url)
     figures = simulation.summary()
     figures["wall_s"] = round(simulation.wall_s, 3)
+    sim = study.spec.cluster.simulated
+    parent = ""
+    if sim is not None and sim.tracking:  # MLflow as a real study leaves it
+        from hpsearch.simulation._tracking import record
+
+        parent = record(simulation, study.spec, study.mlflow_uri, study.experiment)
     return StudyResult(
         study.spec.name,
         simulation.progress,
         best_complete_trial(simulation.study),
         redact(study.storage_url),
-        "",
+        study.mlflow_uri if parent else "",
         study.experiment,
-        "",
+        parent,
         list(simulation.study.best_trials) if study.spec.is_multi_objective else [],
         simulation=figures,
     )

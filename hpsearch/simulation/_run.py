@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,6 +41,7 @@ class Simulation:
     segments: list[dict[str, Any]]  # the timeline: every start of a trial, in start order
     worker_events: list[dict[str, Any]]
     wall_s: float  # the machine's seconds the simulation took
+    reported_at: dict[int, dict[int, float]] = field(default_factory=dict)  # trial, epoch: when
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -154,6 +155,7 @@ def simulate(
         segments=segments,
         worker_events=cluster.worker_events,
         wall_s=time.perf_counter() - started,
+        reported_at=runner.reported_at,
     )
 
 

@@ -96,6 +96,7 @@ class TrialRunner:
         self.startup = startup
         self.cluster: SimCluster | None = None
         self.checkpoints: dict[int, int] = {}  # trial number -> epoch of its latest checkpoint
+        self.reported_at: dict[int, dict[int, float]] = {}  # trial -> epoch -> virtual time
         self._pruning = spec.search.pruner.name != "none"
         self.pooled = (
             False  # on a simulated pool: trials yield when asked (hpsearch.simulation._pool)
@@ -166,6 +167,7 @@ class TrialRunner:
         if epoch not in state.reported:
             self.storage.set_trial_intermediate_value(state.trial_id, epoch, value)
             state.reported.add(epoch)
+            self.reported_at.setdefault(segment.number, {})[epoch] = now
         if epoch == state.target or self._checkpoint_due(state, epoch, now):
             self.checkpoints[segment.number] = epoch
             state.last_checkpoint = now

@@ -9,7 +9,16 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from hpsearch.spec._messages import _allowed, _duration, _Int, _Problems, _Seconds, _show, _Spec
+from hpsearch.spec._messages import (
+    _allowed,
+    _Bool,
+    _duration,
+    _Int,
+    _Problems,
+    _Seconds,
+    _show,
+    _Spec,
+)
 
 #: Models whose epochs are a benchmark's recorded curves: they run on the simulated cluster.
 SURROGATE_MODELS: tuple[str, ...] = ("lcbench", "synthetic", "replay")
@@ -45,6 +54,13 @@ class SimulatedSpec(_Spec):
         ),
     )
     seed: _Int = Field(default=0, description="Seed of the worker losses. Default 0.")
+    tracking: _Bool = Field(
+        default=False,
+        description=(
+            "Record the study in MLflow too (tracking.mlflow_uri), as a real study does: its "
+            "run and one nested run per trial, at their simulated times. Default false."
+        ),
+    )
     restart_coordinator_at: list[_Duration] = Field(
         default_factory=list,
         description=(
