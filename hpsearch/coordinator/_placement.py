@@ -148,7 +148,13 @@ class Placement:
             return False
         if self.capacity.key is None or not self.in_flight:
             return True  # with nothing in flight, Dask queues it until a worker fits
-        used = sum(f.size for f in self.in_flight.values())
+        # Every trial of a study has its size, unless the sampler searches it: no sum over a
+        # thousand trials in flight for each one placed.
+        used = (
+            sum(f.size for f in self.in_flight.values())
+            if self.searched_sizes
+            else len(self.in_flight) * self.size
+        )
         room = self.capacity.total * (2 if queued else 1)
         return used + item.size <= room and item.size <= self.capacity.largest
 
