@@ -169,7 +169,8 @@ def compare(args: argparse.Namespace) -> None:
                 )
             )
         path = out / f"lcbench-{n}-workers.png"
-        plot(merged, n, f"LCBench, {len(instances)} instances").savefig(path, dpi=110)
+        title = f"LCBench, {len(instances)} instances"
+        plot(merged, n, title, share=True).savefig(path, dpi=110)
         print(f"plot {path}")
 
 

@@ -168,19 +168,22 @@ def run_grid(
     return cells
 
 
-def plot(cells: list[Cell], workers: int, title: str) -> Any:
-    """The any-time regret of each method at ``workers`` workers (IQM, 95 % band), log scale."""
+def plot(cells: list[Cell], workers: int, title: str, *, share: bool = False) -> Any:
+    """The any-time regret of each method at ``workers`` workers (IQM, 95 % band), log scale;
+    against simulated hours, or with ``share`` against the share of the time budget (cells
+    pooled over benchmarks of different budgets)."""
     from hpsearch._plotting import _figure
 
     fig, ax = _figure(f"{title}: {workers} workers")
     for cell in (c for c in cells if c.workers == workers):
-        hours = [t / 3600 for t in cell.times]
+        n = len(cell.times)
+        hours = [(i + 1) / n for i in range(n)] if share else [t / 3600 for t in cell.times]
         stats = [cell.summary(i) for i in range(len(cell.times))]
         ax.plot(hours, [max(s[0], 1e-6) for s in stats], label=cell.method)
         ax.fill_between(
             hours, [max(s[1], 1e-6) for s in stats], [max(s[2], 1e-6) for s in stats], alpha=0.2
         )
-    ax.set_xlabel("simulated hours")
+    ax.set_xlabel("share of the simulated time budget" if share else "simulated hours")
     ax.set_ylabel("normalised regret (IQM)")
     ax.set_yscale("log")
     ax.legend()
