@@ -161,6 +161,12 @@ def _run(path: Path, run_dir: Path, step_s: float = 0.3) -> subprocess.Popen[str
     )
 
 
+def _set_step(folder: Path, seconds: float) -> None:
+    """Set the seconds each step of the study's trials lasts, from now on (see ``pooled``)."""
+    (folder / "step_s.new").write_text(str(seconds))
+    os.replace(folder / "step_s.new", folder / "step_s")
+
+
 def _held(state: dict) -> dict[str, float]:
     return {s["name"]: s["held"] for s in state["studies"]}
 
@@ -191,16 +197,16 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
 
     folder, address = pool
     run_dir = tmp_path / "runs"
-    # Steps of 3 s until the urgent study holds its devices (it would wait 21 s for a trial
-    # to end, and its arrival, however slow, finds the background's trials running), then
-    # 0.3 s.
-    background = _run(_study_file(tmp_path, "background", address, 4), run_dir, step_s=3)
+    # The background's trials hold their step while the urgent study starts, however slowly
+    # (a loaded machine), and step on once it is in the pool: they yield at that step's end.
+    background = _run(_study_file(tmp_path, "background", address, 4), run_dir, step_s=1)
     try:
         _wait_for(folder, lambda s: _held(s).get("background") == 4, "background borrows all")
         deadline = time.monotonic() + 120
         while len(list((run_dir / "background").glob("notes-*"))) < 4:  # each checkpointed
             assert time.monotonic() < deadline, "the background trials' first steps"
             time.sleep(0.2)
+        _set_step(run_dir / "background", 600)  # held
         # Urgent steps of 1 s: it holds 2 devices for 8 s, longer than a status poll takes.
         urgent = _run(
             _study_file(tmp_path, "urgent", address, 3, priority="high", max_devices=2),
@@ -208,14 +214,15 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
             step_s=1.0,
         )
         try:
+            _wait_for(folder, lambda s: "urgent" in _held(s), "urgent joins the pool")
+            _set_step(run_dir / "background", 1)  # let go: the lowest yield at this step's end
             state = _wait_for(folder, lambda s: _held(s).get("urgent") == 2, "urgent gets its")
         except AssertionError as exc:
             for proc in (urgent, background):
                 proc.kill()
             said = [p.communicate(timeout=30)[0] for p in (urgent, background)]
             raise AssertionError(f"{exc}\nurgent:\n{said[0]}\nbackground:\n{said[1]}") from None
-        (run_dir / "background" / "step_s.new").write_text("0.3")
-        os.replace(run_dir / "background" / "step_s.new", run_dir / "background" / "step_s")
+        _set_step(run_dir / "background", 0.3)
         assert _held(state)["background"] <= 2
         # Each study's Prometheus endpoint says where it stands in the pool.
         import urllib.request

@@ -119,15 +119,17 @@ def checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:
 
 def pooled(trial: optuna.Trial, ctx: TrialContext) -> float:
     """Eight steps, checkpointed after each, each step noted: a trial on a shared pool that
-    can be preempted and resume. A step takes the seconds written in the study folder's file
-    ``step_s``, read at each step (default 0.4: the workers are the pool's, not the study's
-    processes)."""
+    can be preempted and resume. A step lasts the seconds written in the study folder's file
+    ``step_s``, read again every 0.1 s, so that a test can hold the trials in their step and
+    let them go (default 0.4: the workers are the pool's, not the study's processes)."""
     x = trial.suggest_float("x", 0.0, 1.0)
     given = ctx.study_dir / "step_s"
     state = ctx.load_checkpoint()
     first = int(state["step"]) + 1 if state else 1
     for step in range(first, 9):
-        time.sleep(float(given.read_text()) if given.exists() else 0.4)
+        began = time.monotonic()
+        while time.monotonic() - began < (float(given.read_text()) if given.exists() else 0.4):
+            time.sleep(0.1)
         _note(ctx, trial, f"step {step}")
         trial.report(x + 0.01 * step, step)
         ctx.save_checkpoint({"step": step})
