@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
@@ -111,8 +111,6 @@ def simulate_pool(
     ``sample_every`` seconds."""
     import optuna
 
-    from hpsearch.cluster import capacity
-    from hpsearch.coordinator import Coordinator
     from hpsearch.pareto import study_directions
     from hpsearch.pool._fair import PoolState
     from hpsearch.pruning import build_pruner
@@ -120,6 +118,7 @@ def simulate_pool(
     from hpsearch.simulation._benchmarks import benchmark_of
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._kernel import Kernel
+    from hpsearch.simulation._run import coordinator_on
     from hpsearch.simulation._trial import TrialRunner
     from hpsearch.spec._simulated import surrogate_instance
 
@@ -165,19 +164,7 @@ def simulate_pool(
         spec, study = specs[index], studies[index]
         kernel.sleep_until(arrivals[index])
         lease = SimLease(pool, cluster, spec.name, spec)
-        coordinator = Coordinator(
-            spec,
-            study,
-            client=cast(Any, cluster),
-            capacity=capacity(cast(Any, cluster)),
-            proxy=cast(Any, None),
-            tracking=cast(Any, None),
-            study_dir=str(folder / spec.name),
-            search_paths=[],
-            clock=cluster.clock,
-            completions=cluster.completions,
-            lease=cast(Any, lease),
-        )
+        coordinator = coordinator_on(cluster, spec, study, folder / spec.name, lease=lease)
         try:
             return coordinator.run()
         finally:

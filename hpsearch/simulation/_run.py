@@ -159,6 +159,36 @@ def simulate(
     )
 
 
+def coordinator_on(
+    cluster: SimCluster,
+    spec: StudySpec,
+    study: optuna.Study,
+    study_dir: str | Path,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    lease: Any = None,
+) -> Any:
+    """The real coordinator, on the simulated cluster as its client and clock (no storage
+    proxy and no MLflow: a simulated trial reports to the study itself)."""
+    from hpsearch.cluster import capacity
+    from hpsearch.coordinator import Coordinator
+
+    return Coordinator(
+        spec,
+        study,
+        client=cast(Any, cluster),
+        capacity=capacity(cast(Any, cluster)),
+        proxy=cast(Any, None),
+        tracking=cast(Any, None),
+        study_dir=str(study_dir),
+        search_paths=[],
+        on_progress=on_progress,
+        clock=cluster.clock,
+        completions=cluster.completions,
+        lease=lease,
+    )
+
+
 def _coordinate(
     spec: StudySpec,
     study: optuna.Study,
@@ -168,24 +198,9 @@ def _coordinate(
 ) -> tuple[Progress, int]:
     """Run the coordinator on the simulated cluster, and again after each of its restarts;
     the final progress and how many restarts."""
-    from hpsearch.cluster import capacity
-    from hpsearch.coordinator import Coordinator
-
     restarts = 0
     while True:
-        coordinator = Coordinator(
-            spec,
-            study,
-            client=cast(Any, cluster),
-            capacity=capacity(cast(Any, cluster)),
-            proxy=cast(Any, None),
-            tracking=cast(Any, None),
-            study_dir=str(study_dir),
-            search_paths=[],
-            on_progress=on_progress,
-            clock=cluster.clock,
-            completions=cluster.completions,
-        )
+        coordinator = coordinator_on(cluster, spec, study, study_dir, on_progress=on_progress)
         try:
             return coordinator.run(), restarts
         except _CoordinatorKilled:
