@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the jobs (when the trials wanting a set did not change).
 SCALE_INTERVAL_S = 2.0
+#: Seconds a job's workers must have run nothing before the job is ended for having nothing
+#: to do: the trials wanting a set dip for a moment between one trial's end and the next
+#: one's start, and a job ended in that moment is submitted again at once.
+IDLE_GRACE_S = 2 * SCALE_INTERVAL_S
 
 
 def job_of(worker_name: str) -> str:
@@ -65,7 +69,7 @@ class JobScaler:
         self.replaced = 0  # jobs that ended by themselves and were forgotten
         self._wanted: int | None = None
         self._looked = 0.0
-        self._idle_before: set[str] = set()  # jobs seen idle at the last look
+        self._idle_since: dict[str, float] = {}  # jobs seen idle: since when, unbroken
 
     def target(self, trials: int) -> int:
         """The jobs for ``trials`` trials that want a set."""
@@ -111,18 +115,18 @@ class JobScaler:
             self._close(self._idle(jobs, present)[: len(jobs) - target])
 
     def _idle(self, jobs: list[str], present: dict[str, list[str]]) -> list[str]:
-        """Jobs that run nothing: first those still queued, then those whose workers were
-        idle at this look and the one before (a trial just submitted may not show yet) and
-        hold no result (a trial's outcome not yet read would be lost, and the trial run
-        again)."""
+        """Jobs that run nothing: first those still queued, then those whose workers have
+        been idle for :data:`IDLE_GRACE_S` and hold no result (a trial's outcome not yet read
+        would be lost, and the trial run again)."""
         busy = {address for address, keys in self.client.processing().items() if keys}
         busy |= {address for address, keys in self.client.has_what().items() if keys}
         queued = [name for name in jobs if name not in present]
-        idle_now = {
+        now = time.monotonic()
+        idle_now = [
             name for name in jobs if name in present and not busy.intersection(present[name])
-        }
-        idle = [name for name in jobs if name in idle_now and name in self._idle_before]
-        self._idle_before = idle_now
+        ]
+        self._idle_since = {name: self._idle_since.get(name, now) for name in idle_now}
+        idle = [name for name in idle_now if now - self._idle_since[name] >= IDLE_GRACE_S]
         return queued + idle
 
     def _close(self, names: list[str]) -> None:
