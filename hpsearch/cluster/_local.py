@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
+from hpsearch._devices import DeviceId
 from hpsearch.cluster._env import NANNY_CONFIG, cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.exceptions import GpuAllocationError
@@ -58,7 +59,7 @@ def _worker(
     name: str,
     *,
     kind: str,
-    ids: Sequence[int],
+    ids: Sequence[DeviceId],
     threads: int,
     nthreads: int,
     lease: bool,
@@ -83,19 +84,20 @@ def _worker(
 
 def worker_specs(
     *,
-    gpus: Sequence[int] | None,
+    gpus: Sequence[DeviceId] | None,
     gpus_per_trial: float,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,
     n_cores: int | None = None,
-    links: Mapping[frozenset[int], int] | None = None,
+    links: Mapping[frozenset[DeviceId], int] | None = None,
     prefix: str = "hpsearch",
 ) -> tuple[dict[str, dict[str, Any]], GpuPlan]:
     """The workers of one node (pure: nothing is started).
 
     Args:
-        gpus: the node's GPU indices, or ``None`` (or empty) for CPU slots.
+        gpus: the node's GPU indices and MIG instances' UUIDs, or ``None`` (or empty) for
+            CPU slots.
         gpus_per_trial: the set size (the largest size, when ``mixed_sizes``); a fraction
             of one device (1/2, 1/4, 1/8) packs that many workers on each device, each
             advertising that fraction and a share of the cores.
@@ -125,6 +127,7 @@ def worker_specs(
         packed = _packed_plan(gpus, gpus_per_trial, n_workers=n_workers, n_slots=n_slots or n_cores)
         return _set_workers(packed, n_cores=n_cores, prefix=prefix, amount=gpus_per_trial), packed
     gpus_per_trial = int(gpus_per_trial)
+    devices: list[DeviceId]
     if gpus:
         kind, resource, devices = "cuda", "GPU", list(gpus)
     else:
@@ -189,25 +192,25 @@ def _set_workers(
 
 
 def _packed_plan(
-    gpus: Sequence[int] | None, fraction: float, *, n_workers: int | None, n_slots: int
+    gpus: Sequence[DeviceId] | None, fraction: float, *, n_workers: int | None, n_slots: int
 ) -> GpuPlan:
     """``1 / fraction`` sets on each device, each that device alone: its workers advertise
     ``fraction`` of it (Dask's resources add up to the whole device), and each trial caps
     itself to its fraction of the device's memory."""
     packed = round(1 / fraction)
-    devices = list(gpus) if gpus else list(range(n_slots))
+    devices: list[DeviceId] = list(gpus) if gpus else list(range(n_slots))
     sets = tuple((d,) for d in devices for _ in range(packed))[:n_workers]
     return GpuPlan(1, sets, kind="GPU" if gpus else "CPU slot", packed=packed)
 
 
 def start_local_cluster(
     *,
-    gpus: Sequence[int] | None = None,
+    gpus: Sequence[DeviceId] | None = None,
     gpus_per_trial: float = 1,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,
-    links: Mapping[frozenset[int], int] | None = None,
+    links: Mapping[frozenset[DeviceId], int] | None = None,
     dashboard: bool = False,
     security: Any = None,
 ) -> SpecCluster:
