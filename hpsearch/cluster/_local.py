@@ -11,6 +11,8 @@ Two layouts, both holding the exclusivity invariant (no device in two running tr
   subset through its :class:`~hpsearch.cluster.DeviceAllocator`. Dask's resource accounting
   keeps the sizes in flight within N; the allocator picks the devices (linked ones first).
 
+A MIG instance is a device of its own, and a set of one (see :mod:`hpsearch.cluster._mig`).
+
 ``LocalCluster`` gives every worker the same resources and environment, so the local
 cluster is a ``SpecCluster`` whose workers each get their own. Everything listens on
 127.0.0.1.
@@ -28,6 +30,7 @@ import dask
 from hpsearch._devices import DeviceId
 from hpsearch.cluster._env import NANNY_CONFIG, cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
+from hpsearch.cluster._mig import check_mig_sets
 from hpsearch.exceptions import GpuAllocationError
 
 #: Dask settings of the local cluster (its scheduler, and its nannies, which hand theirs to
@@ -123,6 +126,7 @@ def worker_specs(
         ([('0', 0.25)], 4)
     """
     n_cores = n_cores or cores()
+    check_mig_sets(gpus or (), gpus_per_trial)
     if gpus_per_trial < 1:
         packed = _packed_plan(gpus, gpus_per_trial, n_workers=n_workers, n_slots=n_slots or n_cores)
         return _set_workers(packed, n_cores=n_cores, prefix=prefix, amount=gpus_per_trial), packed
