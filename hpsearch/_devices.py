@@ -32,3 +32,28 @@ def device_count(value: Any) -> int | float | None:
     if float(value).is_integer() and value >= 1:
         return int(value)
     return None
+
+
+#: A device as a worker layout names it: a GPU's index or a CPU slot's id (an ``int``), or a
+#: MIG instance's UUID (a ``str``, ``MIG-...``): a MIG instance is a device of its own.
+DeviceId = int | str
+
+
+def is_mig(device: DeviceId) -> bool:
+    """Whether ``device`` is a MIG instance (named by its UUID) rather than a whole GPU."""
+    return isinstance(device, str)
+
+
+def parse_device(text: str) -> DeviceId | None:
+    """A device id as written in a list (``--gpus``, the workers' environment): an index, or
+    a MIG instance's UUID; ``None`` for anything else.
+
+    >>> parse_device(" 3 "), parse_device("MIG-4f1c"), parse_device("GPU-4f1c"), parse_device("-1")
+    (3, 'MIG-4f1c', None, None)
+    """
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if text.startswith("MIG-"):
+        return text
+    return None

@@ -85,8 +85,9 @@ def _cpu_share(threads: int) -> float:
     return total / (100.0 * max(1, threads))
 
 
-def _gpu_use(ids: tuple[int, ...]) -> dict[str, float] | None:
-    """NVML's utilisation of each GPU (0-1), or None without nvidia-ml-py or a driver."""
+def _gpu_use(ids: tuple[int | str, ...]) -> dict[str, float] | None:
+    """NVML's utilisation of each GPU (0-1), or None without nvidia-ml-py or a driver. A MIG
+    instance (named by its UUID) is left out: NVML has no utilisation of one instance."""
     try:
         import pynvml
     except ImportError:
@@ -97,7 +98,7 @@ def _gpu_use(ids: tuple[int, ...]) -> dict[str, float] | None:
         return None
     try:
         out = {}
-        for i in ids:
+        for i in [d for d in ids if isinstance(d, int)]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             out[f"cuda:{i}"] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
         return out

@@ -38,7 +38,10 @@ def _fail(message: str) -> typer.Exit:
 @pool_app.command()
 def start(
     gpus: str = typer.Option(
-        "auto", "--gpus", help="GPUs of this machine: auto, none, or a list such as 0,1,2,3."
+        "auto",
+        "--gpus",
+        help="GPUs of this machine: auto, none, or a list such as 0,1,2,3 (GPU indices, MIG "
+        "instances' UUIDs; a GPU in MIG mode stands for its instances).",
     ),
     slots: int | None = typer.Option(
         None, "--slots", help="CPU slots where there are no GPUs (default: one per core)."
@@ -63,6 +66,7 @@ def start(
     folder: Path | None = typer.Option(None, "--dir", help=_DIR_HELP),
 ) -> None:
     """Start the pool in the background and print its address."""
+    from hpsearch._devices import parse_device
     from hpsearch.cluster._gpus import device_count
     from hpsearch.exceptions import GpuAllocationError
     from hpsearch.pool._serve import POOL_FILE, read_pool
@@ -75,10 +79,10 @@ def start(
     if gpus == "auto":
         from hpsearch.cluster import discover_gpus
 
-        devices = ",".join(str(g.index) for g in discover_gpus())
+        devices = ",".join(str(g.device) for g in discover_gpus())
     elif gpus == "none":
         devices = ""
-    elif all(part.strip().isdigit() for part in gpus.split(",")):
+    elif all(parse_device(part) is not None for part in gpus.split(",")):
         devices = gpus
     else:
         raise _fail(f"--gpus: expected auto, none or a list such as 0,1,2,3, got {gpus!r}")

@@ -17,7 +17,10 @@ def worker(
         ..., help="Address of the Dask scheduler to join, e.g. tcp://10.0.0.1:8786."
     ),
     gpus: str = typer.Option(
-        "auto", "--gpus", help="GPUs of this node: auto, none, or a list such as 0,1,2,3."
+        "auto",
+        "--gpus",
+        help="GPUs of this node: auto, none, or a list such as 0,1,2,3 (GPU indices, MIG "
+        "instances' UUIDs; a GPU in MIG mode stands for its instances).",
     ),
     gpus_per_trial: str = typer.Option(
         "1",
@@ -52,25 +55,28 @@ def worker(
     import asyncio
     import socket
 
+    from hpsearch._devices import DeviceId, parse_device
     from hpsearch.cluster import discover_gpus, nvml_links, worker_specs
     from hpsearch.cluster._gpus import device_count
+    from hpsearch.cluster._mig import gpu_devices
     from hpsearch.exceptions import HpsearchError
 
     try:
         size = device_count(gpus_per_trial)
+        devices: list[DeviceId] | None
         if gpus == "none":
             devices = None
         elif gpus == "auto":
-            devices = [g.index for g in discover_gpus()] or None
+            devices = [g.device for g in discover_gpus()] or None
         else:
-            try:
-                devices = [int(x) for x in gpus.split(",") if x.strip()]
-            except ValueError:
+            listed = [parse_device(x) for x in gpus.split(",") if x.strip()]
+            if None in listed:
                 raise _user_error(
                     ValueError(
                         f"--gpus: expected auto, none or a list such as 0,1,2,3, got {gpus!r}"
                     )
-                ) from None
+                )
+            devices = gpu_devices([d for d in listed if d is not None])
         specs, plan = worker_specs(
             gpus=devices,
             gpus_per_trial=size,

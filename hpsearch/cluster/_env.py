@@ -29,7 +29,8 @@ the same threads. Each choice that makes it so, and why:
   own threads (Dask's event loop, the MLflow writer, the gRPC client) and, on the local
   cluster, the coordinator share the cores with the trials; pinned trials would queue
   behind them on one core while another sits idle. GPU sets are pinned by
-  ``CUDA_VISIBLE_DEVICES``.
+  ``CUDA_VISIBLE_DEVICES`` (:func:`cuda_visible_devices`: GPU indices, or a MIG instance's
+  UUID; the process then sees its devices as ``cuda:0``, ``cuda:1`` ...).
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpsearch._devices import DeviceId, is_mig, parse_device
+from hpsearch.exceptions import GpuAllocationError
+
 if TYPE_CHECKING:
     from hpsearch.cluster._gpus import DeviceAllocator
 
 ENV_KIND = "HPSEARCH_DEVICE_KIND"  # "cuda" or "cpu"
-ENV_IDS = "HPSEARCH_DEVICE_IDS"  # physical GPU indices, or CPU slot ids: "2,3"
+ENV_IDS = "HPSEARCH_DEVICE_IDS"  # physical GPU indices, MIG UUIDs, or CPU slot ids: "2,3"
 ENV_THREADS = "HPSEARCH_THREADS"  # CPU threads of the whole worker (or of a rank process)
 ENV_LEASE = "HPSEARCH_LEASE"  # "1": the worker leases subsets to trials of different sizes
 ENV_MALLOC = "HPSEARCH_MALLOC"  # "keep": leave glibc's malloc as the environment set it
@@ -134,8 +138,24 @@ def release_memory(*, min_interval_s: float = 1.0) -> bool:
     return True
 
 
+def cuda_visible_devices(ids: Sequence[DeviceId]) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a process of the GPUs ``ids``: their indices, or the UUID
+    of a MIG instance, which goes alone (CUDA gives a process one MIG instance at most).
+
+    >>> cuda_visible_devices([2, 3]), cuda_visible_devices(["MIG-4f1c"])
+    ('2,3', 'MIG-4f1c')
+    """
+    if len(ids) > 1 and any(is_mig(d) for d in ids):
+        raise GpuAllocationError(
+            f"devices {','.join(map(str, ids))}: a process can use only one MIG instance",
+            needed=len(ids),
+            found=1,
+        )
+    return ",".join(map(str, ids))
+
+
 def worker_env(
-    *, kind: str, ids: Sequence[int], threads: int, nthreads: int, lease: bool
+    *, kind: str, ids: Sequence[DeviceId], threads: int, nthreads: int, lease: bool
 ) -> dict[str, str]:
     """The environment of a worker that owns ``ids`` and ``threads`` CPU threads and runs
     ``nthreads`` trials at a time."""
@@ -148,17 +168,17 @@ def worker_env(
         "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
     }
     if kind == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(ids)
     if lease:
         env[ENV_LEASE] = "1"
     return env
 
 
-def rank_env(*, kind: str, device_id: int, threads: int) -> dict[str, str]:
+def rank_env(*, kind: str, device_id: DeviceId, threads: int) -> dict[str, str]:
     """What a rank process of one device adds to its worker's environment."""
     env = {ENV_THREADS: str(threads), **_threads_env(threads)}
     if kind == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = str(device_id)
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices([device_id])
     return env
 
 
@@ -167,7 +187,7 @@ class WorkerDevices:
     """The devices a worker owns, from its environment (set by its layout, or by hand)."""
 
     kind: str  # "cuda" | "cpu"
-    ids: tuple[int, ...]  # physical GPU indices, or CPU slot ids
+    ids: tuple[DeviceId, ...]  # physical GPU indices or MIG UUIDs, or CPU slot ids
     threads: int  # CPU threads of the whole worker
     lease: bool  # trials of different sizes lease subsets of ``ids``
 
@@ -186,7 +206,7 @@ class WorkerDevices:
         visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
         kind = env.get(ENV_KIND) or ("cuda" if visible and visible != "-1" else "cpu")
         raw = env.get(ENV_IDS) or (visible if kind == "cuda" else "0")
-        ids = tuple(int(x) for x in raw.split(",") if x.strip().lstrip("-").isdigit())
+        ids = tuple(d for d in map(parse_device, raw.split(",")) if d is not None)
         return cls(
             kind,
             ids or (0,),
@@ -194,10 +214,10 @@ class WorkerDevices:
             env.get(ENV_LEASE) == "1",
         )
 
-    def label(self, ids: Sequence[int]) -> str:
+    def label(self, ids: Sequence[DeviceId]) -> str:
         return ",".join(f"{'cuda' if self.kind == 'cuda' else 'slot'}:{i}" for i in ids)
 
-    def local_device(self, device_id: int) -> str:
+    def local_device(self, device_id: DeviceId) -> str:
         """The torch device of ``device_id`` inside this worker process."""
         if self.kind != "cuda":
             return "cpu"
@@ -211,7 +231,7 @@ class WorkerDevices:
         return max(1, self.threads // max(1, len(self.ids)))
 
 
-_allocators: dict[tuple[int, ...], DeviceAllocator] = {}
+_allocators: dict[tuple[DeviceId, ...], DeviceAllocator] = {}
 _allocators_lock = threading.Lock()
 
 
@@ -228,7 +248,7 @@ def _allocator(devices: WorkerDevices) -> DeviceAllocator:
 
 
 @contextlib.contextmanager
-def lease_devices(devices: WorkerDevices, size: int, *, owner: str) -> Iterator[list[int]]:
+def lease_devices(devices: WorkerDevices, size: int, *, owner: str) -> Iterator[list[DeviceId]]:
     """The ``size`` devices a trial runs on, exclusively while the block runs: a leased
     subset on a leasing worker, else the first ``size`` of the worker's own set."""
     if not devices.lease:

@@ -5,6 +5,11 @@ fork cleanly, and it would hold a context on every GPU): it asks NVML (``nvidia-
 first, then ``nvidia-smi``, then torch in a subprocess. ``CUDA_VISIBLE_DEVICES`` is
 honoured: only the GPUs it lists are seen, in its order.
 
+A GPU in MIG mode is not one device but its MIG instances, each a device of its own (named
+by its ``MIG-...`` UUID, with its own memory). CUDA gives a process one MIG instance at most,
+so a set on MIG devices is one instance; trials may still pack onto it (1/2, 1/4, 1/8).
+Only NVML lists MIG instances.
+
 The planner is pure: an inventory and a set size in, exclusive sets out, preferring GPUs
 that share a fast link when the topology is known. GPUs that do not fill a set are
 returned as ``leftover`` (and reported), never silently dropped.
@@ -22,17 +27,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpsearch._devices import DeviceId
 from hpsearch.exceptions import GpuAllocationError
 
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One GPU as discovery found it (``index`` is the physical index CUDA uses)."""
+    """One device as discovery found it: a whole GPU (``index`` is the physical index CUDA
+    uses), or one MIG instance of GPU ``index`` (``mig`` is its slot there, ``uuid`` its
+    ``MIG-...`` UUID and ``memory_mib`` its own memory)."""
 
     index: int
     name: str
     memory_mib: int
     uuid: str = ""
+    mig: int | None = None
+
+    @property
+    def device(self) -> DeviceId:
+        """How worker layouts name it: the GPU's index, or the MIG instance's UUID."""
+        return self.uuid if self.mig is not None else self.index
 
 
 @dataclass(frozen=True)
@@ -40,8 +54,8 @@ class GpuPlan:
     """Exclusive GPU sets of one size, and the GPUs left over."""
 
     size: int
-    sets: tuple[tuple[int, ...], ...]
-    leftover: tuple[int, ...] = ()
+    sets: tuple[tuple[DeviceId, ...], ...]
+    leftover: tuple[DeviceId, ...] = ()
     #: What the sets are of: ``GPU``, or ``CPU slot`` on a machine without GPUs.
     kind: str = "GPU"
     #: Trials that share one device (``gpus_per_trial`` 1/2, 1/4, 1/8): each set is then one
@@ -69,20 +83,20 @@ class GpuPlan:
 
 
 def _visible_filter(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
-    """Keep and order the GPUs named by ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs)."""
+    """Keep and order the GPUs named by ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs); the
+    index of a GPU in MIG mode keeps its instances."""
     if visible is None:
         return gpus
     wanted = [v.strip() for v in visible.split(",") if v.strip()]
     out: list[GpuInfo] = []
     for w in wanted:
-        match = [
-            g
-            for g in gpus
-            if (w.isdigit() and g.index == int(w)) or (g.uuid and g.uuid.startswith(w))
-        ]
+        if w.isdigit():
+            match = [g for g in gpus if g.index == int(w)]
+        else:
+            match = [g for g in gpus if g.uuid and g.uuid.startswith(w)][:1]
         if not match:
             break  # CUDA stops at the first invalid entry
-        out.append(match[0])
+        out.extend(match)
     return out
 
 
@@ -105,6 +119,37 @@ def _nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _mig_enabled(pynvml: Any, handle: Any) -> bool:
+    """Whether the GPU is in MIG mode now (a GPU without MIG says NotSupported)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except (pynvml.NVMLError, AttributeError):  # AttributeError: an nvidia-ml-py before MIG
+        return False
+    return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+
+def _mig_instances(pynvml: Any, handle: Any, index: int, name: str) -> list[GpuInfo]:
+    """The MIG instances of GPU ``index``, each a device of its own (empty slots skipped)."""
+    found = []
+    for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError_NotFound:
+            continue
+        try:
+            mig_name = _text(pynvml.nvmlDeviceGetName(mig))
+        except pynvml.NVMLError:
+            mig_name = f"{name} MIG"
+        mem = pynvml.nvmlDeviceGetMemoryInfo(mig).total // (1024 * 1024)
+        uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        found.append(GpuInfo(index, mig_name, int(mem), uuid, mig=slot))
+    return found
+
+
 def _from_nvml() -> list[GpuInfo] | None:
     with _nvml() as pynvml:
         if pynvml is None:
@@ -112,17 +157,13 @@ def _from_nvml() -> list[GpuInfo] | None:
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
+            name = _text(pynvml.nvmlDeviceGetName(h))
+            if _mig_enabled(pynvml, h):
+                gpus.extend(_mig_instances(pynvml, h, i, name))
+                continue
+            uuid = _text(pynvml.nvmlDeviceGetUUID(h))
             mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-            gpus.append(
-                GpuInfo(
-                    i,
-                    name.decode() if isinstance(name, bytes) else name,
-                    int(mem),
-                    uuid.decode() if isinstance(uuid, bytes) else uuid,
-                )
-            )
+            gpus.append(GpuInfo(i, name, int(mem), uuid))
         return gpus
 
 
@@ -132,7 +173,7 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
     Example:
         >>> text = "0, NVIDIA H200, 143771, GPU-aa\\n1, NVIDIA H200, 143771, GPU-bb\\n"
         >>> parse_nvidia_smi(text)[1]
-        GpuInfo(index=1, name='NVIDIA H200', memory_mib=143771, uuid='GPU-bb')
+        GpuInfo(index=1, name='NVIDIA H200', memory_mib=143771, uuid='GPU-bb', mig=None)
     """
     gpus = []
     for line in text.strip().splitlines():
@@ -210,13 +251,15 @@ def discover_gpus(*, visible: str | None = None, use_env: bool = True) -> list[G
     return _visible_filter(_from_torch_subprocess(), visible)
 
 
-def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
+def nvml_links(devices: Sequence[DeviceId]) -> dict[frozenset[DeviceId], int] | None:
     """Link scores between GPU pairs from NVML's topology (higher is faster), or ``None``.
 
     NVLink between a pair scores 100 plus its link count; otherwise the common ancestor
     decides (same board 50, same PCIe switch 40, same host bridge 30, same CPU 20, across
-    CPUs 10).
+    CPUs 10). MIG instances have no links: a set on them is one instance, so they are left
+    out (the planner takes an unscored pair as unlinked).
     """
+    indices = [d for d in devices if isinstance(d, int)]
     with _nvml() as pynvml:
         if pynvml is None:
             return None
@@ -229,7 +272,7 @@ def nvml_links(indices: Sequence[int]) -> dict[frozenset[int], int] | None:
             getattr(pynvml, "NVML_TOPOLOGY_NODE", 40): 20,
             getattr(pynvml, "NVML_TOPOLOGY_SYSTEM", 50): 10,
         }
-        scores: dict[frozenset[int], int] = {}
+        scores: dict[frozenset[DeviceId], int] = {}
         for a in indices:
             nvlinks: dict[str, int] = {}
             for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
@@ -276,7 +319,10 @@ def device_count(text: str | float, option: str = "--gpus-per-trial") -> float:
 
 
 def plan_sets(
-    devices: Sequence[int], size: int, *, links: Mapping[frozenset[int], int] | None = None
+    devices: Sequence[DeviceId],
+    size: int,
+    *,
+    links: Mapping[frozenset[DeviceId], int] | None = None,
 ) -> GpuPlan:
     """Split ``devices`` into exclusive sets of ``size``, best-linked first.
 
@@ -301,10 +347,10 @@ def plan_sets(
         sets = tuple(tuple(free[i * size : (i + 1) * size]) for i in range(n))
         return GpuPlan(size, sets, tuple(free[n * size :]))
 
-    def link(a: int, b: int) -> int:
+    def link(a: DeviceId, b: DeviceId) -> int:
         return links.get(frozenset((a, b)), 0)
 
-    sets_list: list[tuple[int, ...]] = []
+    sets_list: list[tuple[DeviceId, ...]] = []
     while len(free) >= size:
         if size == 1:
             first = free[0]
@@ -337,16 +383,16 @@ class DeviceAllocator:
     guarantees that no device is leased twice. Thread-safe (trials run in worker threads).
     """
 
-    devices: tuple[int, ...]
-    links: Mapping[frozenset[int], int] | None = None
-    leased: dict[int, str] = field(default_factory=dict)
+    devices: tuple[DeviceId, ...]
+    links: Mapping[frozenset[DeviceId], int] | None = None
+    leased: dict[DeviceId, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         import threading
 
         self._lock = threading.Lock()
 
-    def lease(self, size: int, owner: str) -> tuple[int, ...]:
+    def lease(self, size: int, owner: str) -> tuple[DeviceId, ...]:
         with self._lock:
             free = [d for d in self.devices if d not in self.leased]
             if size > len(free):
@@ -361,7 +407,7 @@ class DeviceAllocator:
                 self.leased[d] = owner
             return chosen
 
-    def release(self, devices: Sequence[int]) -> None:
+    def release(self, devices: Sequence[DeviceId]) -> None:
         with self._lock:
             for d in devices:
                 self.leased.pop(d, None)

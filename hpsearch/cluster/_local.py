@@ -11,6 +11,8 @@ Two layouts, both holding the exclusivity invariant (no device in two running tr
   subset through its :class:`~hpsearch.cluster.DeviceAllocator`. Dask's resource accounting
   keeps the sizes in flight within N; the allocator picks the devices (linked ones first).
 
+A MIG instance is a device of its own, and a set of one (see :mod:`hpsearch.cluster._mig`).
+
 ``LocalCluster`` gives every worker the same resources and environment, so the local
 cluster is a ``SpecCluster`` whose workers each get their own. Everything listens on
 127.0.0.1.
@@ -25,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
+from hpsearch._devices import DeviceId
 from hpsearch.cluster._env import NANNY_CONFIG, cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
+from hpsearch.cluster._mig import check_mig_sets
 from hpsearch.exceptions import GpuAllocationError
 
 #: Dask settings of the local cluster (its scheduler, and its nannies, which hand theirs to
@@ -58,7 +62,7 @@ def _worker(
     name: str,
     *,
     kind: str,
-    ids: Sequence[int],
+    ids: Sequence[DeviceId],
     threads: int,
     nthreads: int,
     lease: bool,
@@ -83,19 +87,20 @@ def _worker(
 
 def worker_specs(
     *,
-    gpus: Sequence[int] | None,
+    gpus: Sequence[DeviceId] | None,
     gpus_per_trial: float,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,
     n_cores: int | None = None,
-    links: Mapping[frozenset[int], int] | None = None,
+    links: Mapping[frozenset[DeviceId], int] | None = None,
     prefix: str = "hpsearch",
 ) -> tuple[dict[str, dict[str, Any]], GpuPlan]:
     """The workers of one node (pure: nothing is started).
 
     Args:
-        gpus: the node's GPU indices, or ``None`` (or empty) for CPU slots.
+        gpus: the node's GPU indices and MIG instances' UUIDs, or ``None`` (or empty) for
+            CPU slots.
         gpus_per_trial: the set size (the largest size, when ``mixed_sizes``); a fraction
             of one device (1/2, 1/4, 1/8) packs that many workers on each device, each
             advertising that fraction and a share of the cores.
@@ -121,10 +126,12 @@ def worker_specs(
         ([('0', 0.25)], 4)
     """
     n_cores = n_cores or cores()
+    check_mig_sets(gpus or (), gpus_per_trial)
     if gpus_per_trial < 1:
         packed = _packed_plan(gpus, gpus_per_trial, n_workers=n_workers, n_slots=n_slots or n_cores)
         return _set_workers(packed, n_cores=n_cores, prefix=prefix, amount=gpus_per_trial), packed
     gpus_per_trial = int(gpus_per_trial)
+    devices: list[DeviceId]
     if gpus:
         kind, resource, devices = "cuda", "GPU", list(gpus)
     else:
@@ -189,25 +196,25 @@ def _set_workers(
 
 
 def _packed_plan(
-    gpus: Sequence[int] | None, fraction: float, *, n_workers: int | None, n_slots: int
+    gpus: Sequence[DeviceId] | None, fraction: float, *, n_workers: int | None, n_slots: int
 ) -> GpuPlan:
     """``1 / fraction`` sets on each device, each that device alone: its workers advertise
     ``fraction`` of it (Dask's resources add up to the whole device), and each trial caps
     itself to its fraction of the device's memory."""
     packed = round(1 / fraction)
-    devices = list(gpus) if gpus else list(range(n_slots))
+    devices: list[DeviceId] = list(gpus) if gpus else list(range(n_slots))
     sets = tuple((d,) for d in devices for _ in range(packed))[:n_workers]
     return GpuPlan(1, sets, kind="GPU" if gpus else "CPU slot", packed=packed)
 
 
 def start_local_cluster(
     *,
-    gpus: Sequence[int] | None = None,
+    gpus: Sequence[DeviceId] | None = None,
     gpus_per_trial: float = 1,
     mixed_sizes: bool = False,
     n_workers: int | None = None,
     n_slots: int | None = None,
-    links: Mapping[frozenset[int], int] | None = None,
+    links: Mapping[frozenset[DeviceId], int] | None = None,
     dashboard: bool = False,
     security: Any = None,
 ) -> SpecCluster:

@@ -12,22 +12,26 @@ from hpsearch.cluster._backend import Backend, trial_sizes
 if TYPE_CHECKING:
     from distributed import Client
 
+    from hpsearch._devices import DeviceId
     from hpsearch.spec import StudySpec
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "")
 
 
-def local_gpus(spec: StudySpec) -> list[int] | None:
-    """The GPUs the local cluster may use (``cluster.gpus``), or ``None`` for CPU slots."""
+def local_gpus(spec: StudySpec) -> list[DeviceId] | None:
+    """The GPUs the local cluster may use (``cluster.gpus``; a GPU in MIG mode stands for its
+    MIG instances), or ``None`` for CPU slots."""
     from hpsearch.cluster._gpus import discover_gpus
+    from hpsearch.cluster._mig import gpu_devices
     from hpsearch.exceptions import GpuAllocationError
 
     wanted = spec.cluster.gpus
     if wanted == "none":
         return None
-    found = [g.index for g in discover_gpus()]
+    inventory = discover_gpus()
     if wanted == "auto":
-        return found or None
+        return [g.device for g in inventory] or None
+    found = list(dict.fromkeys(g.index for g in inventory))
     missing = [g for g in wanted if g not in found]
     if missing:
         where = f"{spec.source}: " if spec.source else ""
@@ -38,7 +42,7 @@ def local_gpus(spec: StudySpec) -> list[int] | None:
             needed=len(wanted),
             found=len(found),
         )
-    return list(wanted)
+    return gpu_devices(wanted, inventory)
 
 
 def _remote_host(address: str) -> str | None:

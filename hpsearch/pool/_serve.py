@@ -41,11 +41,14 @@ async def serve(args: argparse.Namespace) -> None:
     import dask
     from distributed import Nanny, Scheduler
 
+    from hpsearch._devices import parse_device
     from hpsearch.cluster import worker_specs
     from hpsearch.cluster._local import CLUSTER_CONFIG
+    from hpsearch.cluster._mig import gpu_devices
     from hpsearch.pool._extension import PoolArbiter
 
-    devices = [int(x) for x in args.gpus.split(",")] if args.gpus else None
+    listed = [d for d in map(parse_device, args.gpus.split(",")) if d is not None]
+    devices = gpu_devices(listed) if listed else None
     specs, plan = worker_specs(
         gpus=devices, gpus_per_trial=args.set_size, n_slots=args.slots, prefix="pool"
     )

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
+from hpsearch._devices import DeviceId
 from hpsearch.cluster._env import rank_env
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class RankFailure:
 
 class _RankProcess:
     def __init__(
-        self, popen: subprocess.Popen[bytes], conn: Connection, key: tuple[str, int, int]
+        self, popen: subprocess.Popen[bytes], conn: Connection, key: tuple[str, DeviceId, int]
     ) -> None:
         self.popen = popen
         self.conn = conn
@@ -93,7 +94,7 @@ class RankPool:
     def __init__(self) -> None:
         self._authkey = secrets.token_bytes(16)
         self._listener = Listener(("127.0.0.1", 0), authkey=self._authkey)
-        self._procs: dict[tuple[str, int, int], _RankProcess] = {}
+        self._procs: dict[tuple[str, DeviceId, int], _RankProcess] = {}
         self._lock = threading.Lock()
         self._arrived: dict[int, Connection] = {}
         self._cond = threading.Condition()
@@ -110,7 +111,7 @@ class RankPool:
                 self._arrived[int(hello["pid"])] = conn
                 self._cond.notify_all()
 
-    def _start(self, kind: str, device_id: int, threads: int) -> _RankProcess:
+    def _start(self, kind: str, device_id: DeviceId, threads: int) -> _RankProcess:
         env = dict(os.environ)
         host, port = self._listener.address
         env.update(
@@ -145,7 +146,7 @@ class RankPool:
             conn = self._arrived.pop(popen.pid)
         return _RankProcess(popen, conn, (kind, device_id, threads))
 
-    def _get(self, kind: str, device_id: int, threads: int) -> _RankProcess:
+    def _get(self, kind: str, device_id: DeviceId, threads: int) -> _RankProcess:
         key = (kind, device_id, threads)
         with self._lock:
             proc = self._procs.get(key)
@@ -172,7 +173,7 @@ class RankPool:
         payload: dict[str, Any],
         *,
         kind: str,
-        device_ids: list[int],
+        device_ids: list[DeviceId],
         threads: int,
         timeout: float | None = None,
     ) -> tuple[Any, RankFailure | None]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hpsearch import _warm
+from hpsearch._devices import DeviceId
 from hpsearch._faults import fault_point
 from hpsearch._optuna import cached_trial
 from hpsearch._stopfile import ending, running, take_yield
@@ -174,7 +175,7 @@ def _trained_before(task: TrialTask) -> bool:
 
 
 def _run_ranks(
-    task: TrialTask, devices: WorkerDevices, ids: list[int], threads: int
+    task: TrialTask, devices: WorkerDevices, ids: list[DeviceId], threads: int
 ) -> TrialOutcome:
     from hpsearch.training._ranks import rank_pool
 
@@ -260,7 +261,7 @@ def execute(
     task: TrialTask,
     *,
     devices: WorkerDevices,
-    device_ids: list[int],
+    device_ids: list[DeviceId],
     local: list[str],
     n_threads: int,
     rank: int = 0,
