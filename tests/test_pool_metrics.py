@@ -86,3 +86,32 @@ def test_a_pool_without_studies_shows_its_devices() -> None:
     expose(source, registry)
     assert registry.get_sample_value("hpsearch_pool_devices_free", {"kind": "gpu"}) == 2
     assert registry.get_sample_value("hpsearch_pool_studies") == 0
+
+
+def test_every_series_is_documented_and_the_dashboard_asks_for_known_ones() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    text = (docs / "metrics.md").read_text()
+    section = text[text.index("## The pool's own series") :]
+    section = section[: section.index("\n## ", 1)]
+    assert set(re.findall(r"^\| `(hpsearch_\w+)`", section, re.M)) == set(SERIES)
+    dashboard = json.loads((docs / "grafana-hpsearch.json").read_text())
+    exprs = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
+    asked = set(re.findall(r"hpsearch_pool_\w+", exprs))
+    studies = {  # from the studies' own endpoints (hpsearch.metrics)
+        "hpsearch_pool_devices_held",
+        "hpsearch_pool_fair_share",
+        "hpsearch_pool_yielding",
+        "hpsearch_pool_preemptions_total",
+    }
+    assert asked - studies <= set(SERIES)
+    assert set(SERIES) - asked <= {
+        "hpsearch_pool_study_weight",
+        "hpsearch_pool_study_priority",
+        "hpsearch_pool_study_max_devices",
+        "hpsearch_pool_study_credit_device_seconds",
+        "hpsearch_pool_study_devices_preempted_total",
+    }
