@@ -36,6 +36,8 @@ def pool(tmp_path_factory):
         "4",
         "--port",
         "0",
+        "--metrics-port",
+        "0",
         "--lease-ttl",
         "3",
         "--dir",
@@ -66,13 +68,67 @@ def test_start_status_and_a_second_start_refused(pool) -> None:
     assert address in shown and "4 CPU slots" in shown
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of a Prometheus endpoint: (name, sorted labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_pool_serves_its_series_beside_dasks(pool) -> None:
+    """The pool's scheduler serves the pool's series on its ``/metrics``: a study holding 2
+    of the 4 slots, as Prometheus would scrape it."""
+    from distributed import Client
+
+    from hpsearch.pool._lease import PoolLease
+
+    folder, address = pool
+    url = json.loads((folder / "pool.json").read_text())["metrics"]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+    assert f"metrics {url}" in _cli("pool", "status", "--dir", str(folder)).stdout
+    with Client(address, timeout=30) as client:
+        lease = PoolLease(client, "scraped", weight=2.0, priority="high", max_devices=3)
+        try:
+            lease.want(3, 1)
+            assert lease.acquire("t0", 1) and lease.acquire("t1", 1)
+            samples = scrape(url)
+        finally:
+            lease.close()
+    study = (("study", "scraped"),)
+    assert samples[("hpsearch_pool_devices", (("kind", "slot"),))] == 4
+    assert samples[("hpsearch_pool_devices_free", (("kind", "slot"),))] == 2
+    assert samples[("hpsearch_pool_studies", ())] == 1
+    for name, value in (
+        ("hpsearch_pool_study_devices_held", 2),
+        ("hpsearch_pool_study_fair_share", 3),  # what it wants, within its cap: it is alone
+        ("hpsearch_pool_study_devices_waiting", 1),
+        ("hpsearch_pool_study_weight", 2),
+        ("hpsearch_pool_study_max_devices", 3),
+        ("hpsearch_pool_study_preemptions_total", 0),
+    ):
+        assert samples[(name, study)] == value, name
+    assert samples[("hpsearch_pool_study_priority", (("priority", "high"), *study))] == 1
+    assert samples[("hpsearch_pool_study_device_seconds_total", study)] >= 0
+    assert samples[("dask_scheduler_workers", (("state", "idle"),))] == 4  # Dask's own
+    after = scrape(url)  # the study left: its series went with it
+    assert after[("hpsearch_pool_studies", ())] == 0
+    assert not [k for k in after if ("study", "scraped") in k[1]]
+
+
 def test_a_pool_without_arbiter(tmp_path) -> None:
     """``--no-arbiter``: the same scheduler and workers, no arbiter in the scheduler."""
     from distributed import Client
 
     from hpsearch.pool._lease import has_arbiter
 
-    _cli(
+    started = _cli(
         "pool",
         "start",
         "--gpus",
@@ -81,6 +137,8 @@ def test_a_pool_without_arbiter(tmp_path) -> None:
         "2",
         "--port",
         "0",
+        "--metrics-port",
+        "0",
         "--no-arbiter",
         "--dir",
         str(tmp_path),
@@ -88,6 +146,7 @@ def test_a_pool_without_arbiter(tmp_path) -> None:
     try:
         info = json.loads((tmp_path / "pool.json").read_text())
         assert info["arbiter"] is False and info["workers"] == 2
+        assert f"metrics {info['metrics']}" in started.stdout  # Dask's own series only
         with Client(info["address"], timeout=30) as client:
             assert not has_arbiter(client)
         refused = _cli("pool", "status", "--dir", str(tmp_path), check=False)

@@ -54,6 +54,12 @@ def start(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface the pool listens on."),
     port: int = typer.Option(8786, "--port", help="The scheduler's port (0: a free one)."),
+    metrics_port: int = typer.Option(
+        8787,
+        "--metrics-port",
+        help="The port of the scheduler's HTTP server, whose /metrics serves the pool's "
+        "series for Prometheus (0: a free one; one taken: a free one, printed).",
+    ),
     lease_ttl: float = typer.Option(
         10.0, "--lease-ttl", help="Seconds without a heartbeat before a study loses its devices."
     ),
@@ -92,11 +98,14 @@ def start(
         size = device_count(set_size, "--set-size")
     except GpuAllocationError as exc:
         raise _fail(str(exc)) from None
+    if not 0 <= metrics_port < 65536:
+        raise _fail(f"--metrics-port: expected a port (0: a free one), got {metrics_port}")
     if not lease_ttl > 0:
         raise _fail(f"--lease-ttl: expected seconds > 0, got {lease_ttl}")
     (where / POOL_FILE).unlink(missing_ok=True)
     command = [sys.executable, "-m", "hpsearch.pool._serve", "--dir", str(where)]
-    command += ["--host", host, "--port", str(port), "--gpus", devices]
+    command += ["--host", host, "--port", str(port), "--metrics-port", str(metrics_port)]
+    command += ["--gpus", devices]
     command += ["--set-size", f"{size:g}", "--ttl", str(lease_ttl)]
     command += ["--slots", str(slots)] if slots else []
     command += ["--no-arbiter"] if no_arbiter else []
@@ -121,6 +130,8 @@ def start(
         f"pool at [bold]{info['address']}[/]: {info['workers']} worker(s), "
         f"{info['devices']} {kind}(s); {joins}"
     )
+    if info.get("metrics"):
+        _console().print(f"metrics {info['metrics']}")
 
 
 def _status(address: str) -> dict[str, Any]:
@@ -163,6 +174,8 @@ def status(
         f"pool at [bold]{address}[/]: {state['workers']} worker(s), {state['capacity']:g} "
         f"{kind}, {state['free']:g} free"
     )
+    if state.get("metrics"):
+        console.print(f"metrics {state['metrics']}")
     if not state["studies"]:
         console.print("no study runs on it")
         return

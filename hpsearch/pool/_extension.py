@@ -6,7 +6,9 @@ It is reached the way Dask's own semaphores are: through handlers it adds to the
 (:class:`~hpsearch.pool._lease.PoolLease`). Nothing listens beside Dask. The pool's size is
 read from the workers on each request (their ``GPU`` resources, or ``SLOT`` where none has
 GPUs), so workers that join or leave change it at once. Studies whose coordinator sends no
-heartbeat for ``ttl_s`` seconds are dropped by a periodic callback.
+heartbeat for ``ttl_s`` seconds are dropped by a periodic callback. While it runs, the
+scheduler's ``/metrics`` (its HTTP server, the dashboard's port) serves the pool's series too
+(:mod:`hpsearch.pool._metrics`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from hpsearch.pool._fair import DEFAULT_TTL_S, PoolState
+from hpsearch.pool._metrics import PoolCollector, expose, withdraw
 
 if TYPE_CHECKING:
     from distributed import Scheduler
@@ -34,6 +37,16 @@ def pool_capacity(scheduler: Scheduler) -> tuple[str, float]:
     return key, float(sum(ws.resources.get(key, 0) for ws in workers))
 
 
+def metrics_url(scheduler: Scheduler) -> str:
+    """Where ``scheduler`` serves ``/metrics`` (``""`` without its HTTP server)."""
+    from distributed.comm import get_address_host
+
+    port = getattr(getattr(scheduler, "http_server", None), "port", None)
+    if not port:
+        return ""
+    return f"http://{get_address_host(scheduler.address)}:{port}/metrics"
+
+
 class PoolArbiter(SchedulerPlugin):
     """Arbitrates a Dask scheduler's devices among the studies that run on it."""
 
@@ -45,6 +58,8 @@ class PoolArbiter(SchedulerPlugin):
         self.state = PoolState(ttl_s)
         self.resource = "SLOT"
         self.expired: list[str] = []  # studies dropped for a missing heartbeat, last first
+        self.expired_total = 0
+        self._collector: PoolCollector | None = None
 
     async def start(self, scheduler: Scheduler) -> None:
         from tornado.ioloop import PeriodicCallback
@@ -63,14 +78,21 @@ class PoolArbiter(SchedulerPlugin):
         callback = PeriodicCallback(self._expire, EXPIRE_EVERY_S * 1000)
         scheduler.periodic_callbacks["hpsearch-pool-expire"] = callback
         callback.start()
+        self._collector = expose(self)
 
-    def _now(self) -> float:
+    async def close(self) -> None:
+        withdraw(self._collector)
+        self._collector = None
+
+    def now(self) -> float:
+        """The time, with the pool's size read from the workers."""
         self.resource, self.state.capacity = pool_capacity(self.scheduler)
         return time.time()
 
     def _expire(self) -> None:
-        for name in self.state.expire(self._now()):
+        for name in self.state.expire(self.now()):
             self.expired.insert(0, name)
+            self.expired_total += 1
             del self.expired[20:]
 
     # Handlers: called with the request's fields as keyword arguments.
@@ -83,28 +105,29 @@ class PoolArbiter(SchedulerPlugin):
         max_devices: float | None = None,
         address: str = "",
     ) -> dict[str, Any]:
-        now = self._now()
+        now = self.now()
         self.state.join(
             study, now, weight=weight, priority=priority, max_devices=max_devices, address=address
         )
         return {"resource": self.resource, "capacity": self.state.capacity, "ttl_s": self.ttl_s}
 
     def heartbeat(self, study: str, demand: float, next_size: float) -> dict[str, Any]:
-        return self.state.heartbeat(study, self._now(), demand, next_size)
+        return self.state.heartbeat(study, self.now(), demand, next_size)
 
     def acquire(
         self, study: str, lease: str, size: float, demand: float, held: bool = False
     ) -> bool:
-        return self.state.acquire(study, lease, size, self._now(), demand, held=held)
+        return self.state.acquire(study, lease, size, self.now(), demand, held=held)
 
     def release(self, study: str, lease: str) -> None:
-        self.state.release(study, lease, self._now())
+        self.state.release(study, lease, self.now())
 
     def leave(self, study: str) -> None:
-        self.state.leave(study, self._now())
+        self.state.leave(study, self.now())
 
     def status(self) -> dict[str, Any]:
-        out = self.state.status(self._now())
+        out = self.state.status(self.now())
         out.update(resource=self.resource, workers=len(self.scheduler.workers))
         out["expired"] = list(self.expired)
+        out["metrics"] = metrics_url(self.scheduler)
         return out

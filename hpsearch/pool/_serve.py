@@ -4,6 +4,8 @@ machine's workers (one per device set), and a file that tells the other commands
 Run as ``python -m hpsearch.pool._serve --dir DIR ...``; it runs until SIGTERM or SIGINT
 (``hpsearch pool stop``), then closes its workers and removes the file. ``--no-arbiter``
 leaves the arbiter out (a plain Dask scheduler, for comparisons: ``benchmarks/sharing.py``).
+The scheduler's HTTP server listens on ``--metrics-port``: its ``/metrics`` serves Dask's
+series and the pool's (:mod:`hpsearch.pool._metrics`); the file says where.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 
 #: The file in the pool's folder that says where the pool is (written once it runs).
 POOL_FILE = "pool.json"
+#: The port of the scheduler's HTTP server, where ``/metrics`` is (Dask's dashboard port; one
+#: taken: Dask picks a free one, and the pool's file says which).
+DEFAULT_METRICS_PORT = 8787
 #: Where ``hpsearch pool`` keeps its file unless told otherwise (``--dir``).
 DEFAULT_DIR = Path(os.environ.get("HPSEARCH_POOL_DIR", "~/.hpsearch/pool")).expanduser()
 
@@ -45,7 +50,7 @@ async def serve(args: argparse.Namespace) -> None:
     from hpsearch.cluster import worker_specs
     from hpsearch.cluster._local import CLUSTER_CONFIG
     from hpsearch.cluster._mig import gpu_devices
-    from hpsearch.pool._extension import PoolArbiter
+    from hpsearch.pool._extension import PoolArbiter, metrics_url
 
     listed = [d for d in map(parse_device, args.gpus.split(",")) if d is not None]
     devices = gpu_devices(listed) if listed else None
@@ -58,7 +63,7 @@ async def serve(args: argparse.Namespace) -> None:
             host=args.host,
             port=args.port,
             dashboard=False,
-            dashboard_address=f"{args.host}:0",
+            dashboard_address=f"{args.host}:{args.metrics_port}",
             plugins=[] if args.no_arbiter else [PoolArbiter(ttl_s=args.ttl)],
         )
         await scheduler
@@ -77,6 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
         "devices": len({d for s in plan.sets for d in s}),
         "set_size": args.set_size,
         "arbiter": not args.no_arbiter,
+        "metrics": metrics_url(scheduler),
     }
     tmp = folder / f".{POOL_FILE}.tmp"
     tmp.write_text(json.dumps(info))
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8786)
+    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT)
     parser.add_argument("--gpus", default="")
     parser.add_argument("--slots", type=int, default=None)
     parser.add_argument("--set-size", type=float, default=1.0)
