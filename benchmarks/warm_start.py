@@ -91,7 +91,10 @@ def one(pair: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
         cold, warm = (
             _spec("cold", target, **common),
             _spec(
-                "warm", target, **common, warm_start={"from": "source", "top_k": 5, "history": True}
+                "warm",
+                target,
+                **common,
+                warm_start={"from": "source", "top_k": args.top_k, "history": True},
             ),
         )
         if narrowed:
@@ -119,6 +122,7 @@ def main() -> None:
         "--pairs", default="3945:7593,34539:126025,126026:126029,167104:167149,189865:189866"
     )
     parser.add_argument("--narrowed", default="3945")
+    parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
     pairs = args.pairs.split(",") + [f"{i}:{i}" for i in args.narrowed.split(",") if i]
     started = time.perf_counter()
