@@ -16,7 +16,7 @@ from pathlib import Path
 from _common import Utilisation
 
 
-def _spec(name: str, packed: int, dataset: dict, epochs: int) -> dict:
+def _spec(name: str, packed: int, dataset: dict, epochs: int, cluster: dict) -> dict:
     return {
         "name": name,
         "objective": {
@@ -30,23 +30,36 @@ def _spec(name: str, packed: int, dataset: dict, epochs: int) -> dict:
         },
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True}},
         "search": {"n_trials": 2 * packed, "sampler": "random", "pruner": "none", "seed": 0},
-        "cluster": {"gpus": [0]},
+        "cluster": cluster,
     }
 
 
-def packing_rows(folder: Path, *, epochs: int = 2) -> list[tuple]:
+def packing_rows(
+    folder: Path,
+    *,
+    epochs: int = 2,
+    cluster: dict | None = None,
+    dataset: dict | None = None,
+    sizes: tuple[int, ...] = (1, 2, 4, 8),
+    utilisation: type = Utilisation,
+    device: str = "GPU",
+) -> list[tuple]:
+    """One row per packing: 1, 2, 4 and 8 trials per device (2 trials per place), on GPU 0
+    unless ``cluster`` says otherwise (the CPU twin: ``{"slots": 1}``)."""
     from mlflow import MlflowClient
 
     from hpsearch import Study
 
-    tiled = folder / "tiled-digits.npz"
-    dataset = {"path": str(tiled)} if tiled.exists() else {"name": "digits", "size": 32}
+    if dataset is None:
+        tiled = folder / "tiled-digits.npz"
+        dataset = {"path": str(tiled)} if tiled.exists() else {"name": "digits", "size": 32}
     rows: list[tuple] = []
-    for packed in (1, 2, 4, 8):
+    for packed in sizes:
         name = f"packed-{packed}"
-        with Utilisation() as util:
+        spec = _spec(name, packed, dataset, epochs, cluster or {"gpus": [0]})
+        with utilisation() as util:
             start = time.time()
-            result = Study(_spec(name, packed, dataset, epochs), run_dir=folder).run()
+            result = Study(spec, run_dir=folder).run()
             wall = time.time() - start
         client = MlflowClient(tracking_uri=result.mlflow_uri)
         exp = client.get_experiment_by_name(name)
@@ -58,9 +71,9 @@ def packing_rows(folder: Path, *, epochs: int = 2) -> list[tuple]:
         n = 2 * packed
         rows.append(
             (
-                f"{packed} trial(s) per GPU ({n} trials, {epochs} epochs)",
+                f"{packed} trial(s) per {device} ({n} trials, {epochs} epochs)",
                 f"{n / (wall / 3600):.0f} trials/device-hour",
-                f"wall {wall:.1f} s; GPU {util.mean():.0f} % busy; one trial "
+                f"wall {wall:.1f} s; {device} {util.mean():.0f} % busy; one trial "
                 f"{statistics.median(rates) if rates else float('nan'):.0f} samples/s",
             )
         )
