@@ -41,6 +41,7 @@ def test_a_short_trial_and_a_long_one_end_with_the_same_record(tmp_path):
     short.log_params({"x": 1.5})
     short.log_metrics({"loss": 0.25}, 0)
     short.finish("COMPLETE")
+    short_ended = int(time.time() * 1000)
     # Long: its run is RUNNING while it trains, and ends like the short one.
     long = TrialRun(target, 1, tags={tag.WORKER: "w0"}, resume=False)
     long.log_params({"x": 2.5})
@@ -52,6 +53,7 @@ def test_a_short_trial_and_a_long_one_end_with_the_same_record(tmp_path):
     assert running.info.run_name == tag.run_name(1)
     long.log_metrics({"loss": 0.5}, 0)
     long.finish("PRUNED")
+    long_ended = int(time.time() * 1000)
     assert flush(60) == 0
 
     runs = _trial_runs(target)
@@ -60,6 +62,9 @@ def test_a_short_trial_and_a_long_one_end_with_the_same_record(tmp_path):
     _check_ended(runs[1], 1, "PRUNED", "FINISHED", {"x": "2.5"})
     assert runs[0].data.metrics == {"loss": 0.25}
     assert runs[1].data.metrics == {"loss": 0.5}
+    # Each run ends when its trial did, not when the writer got to it (later, under load).
+    assert runs[0].info.start_time <= runs[0].info.end_time <= short_ended
+    assert runs[1].info.start_time <= runs[1].info.end_time <= long_ended
 
 
 def test_a_trial_run_again_continues_its_run(tmp_path):

@@ -204,7 +204,12 @@ class TrialRun:
                 else None
             )
         if final is not None and not self._closed:
-            client.set_terminated(run_id, PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final])
+            # The trial's own end, not this write's: the writer may drain it much later.
+            client.set_terminated(
+                run_id,
+                PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final],
+                end_time=self._end_ms,
+            )
             self._closed = True
             live.discard(self)
 
@@ -357,6 +362,8 @@ class TrialRun:
                 "tags": {**sending_tags, **self._tags},
                 "artifacts": artifacts,
                 "final": self._final,
+                "start_ms": self._start_ms,
+                "end_ms": self._end_ms,
             }
 
     @classmethod
@@ -387,6 +394,8 @@ class TrialRun:
                 )
             run._artifacts.append((kind, payload, file))
         run._final = record.get("final")
+        run._start_ms = int(record.get("start_ms") or run._start_ms)
+        run._end_ms = record.get("end_ms")
         run._finishing.set()
         return run
 
