@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,7 +165,12 @@ def test_a_killed_coordinator_loses_its_leases_and_its_rerun_finishes(pool, tmp_
     path = _study_file(tmp_path, "doomed", address, 3, weight=2.0, priority="high")
     doomed = _run(path, run_dir, step_s=1.0)
     try:
-        state = _wait_for(folder, lambda s: _held(s).get("doomed") == 3, "doomed holds 3")
+        state = _wait_for(
+            folder,
+            lambda s: _held(s).get("doomed") == 3,
+            "doomed holds 3",
+            procs={"doomed": doomed},
+        )
         (study,) = state["studies"]
         assert (study["priority"], study["weight"]) == ("high", 2.0)
         while not list((run_dir / "doomed").glob("notes-*")):  # a step in
@@ -230,13 +236,25 @@ def _held(state: dict) -> dict[str, float]:
     return {s["name"]: s["held"] for s in state["studies"]}
 
 
-def _wait_for(folder: Path, check, what: str, timeout: float = 120) -> dict:
+def _wait_for(
+    folder: Path, check, what: str, timeout: float = 120, procs: dict[str, Any] | None = None
+) -> dict:
+    """The pool's status once ``check`` holds; on a timeout, or once one of the studies'
+    ``hpsearch run`` processes ``procs`` has ended before, the failure shows what they said."""
     deadline = time.monotonic() + timeout
     while True:
         state = status(folder)
         if check(state):
             return state
-        assert time.monotonic() < deadline, f"{what}: {state}"
+        ended = [name for name, p in (procs or {}).items() if p.poll() is not None]
+        if ended or time.monotonic() >= deadline:
+            said = []
+            for name, p in (procs or {}).items():
+                if p.poll() is None:
+                    p.kill()
+                said.append(f"--- {name} (exit {p.wait(30)}):\n{p.communicate(timeout=30)[0]}")
+            why = f"{', '.join(ended)} ended first" if ended else f"{timeout:.0f} s passed"
+            raise AssertionError("\n".join([f"{what} ({why}): {state}", *said]))
         time.sleep(0.3)
 
 
@@ -260,7 +278,12 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
     # (a loaded machine), and step on once it is in the pool: they yield at that step's end.
     background = _run(_study_file(tmp_path, "background", address, 4), run_dir, step_s=1)
     try:
-        _wait_for(folder, lambda s: _held(s).get("background") == 4, "background borrows all")
+        _wait_for(
+            folder,
+            lambda s: _held(s).get("background") == 4,
+            "background borrows all",
+            procs={"background": background},
+        )
         deadline = time.monotonic() + 120
         while len(list((run_dir / "background").glob("notes-*"))) < 4:  # each checkpointed
             assert time.monotonic() < deadline, "the background trials' first steps"
@@ -273,14 +296,17 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
             step_s=1.0,
         )
         try:
-            _wait_for(folder, lambda s: "urgent" in _held(s), "urgent joins the pool")
+            both = {"urgent": urgent, "background": background}
+            _wait_for(folder, lambda s: "urgent" in _held(s), "urgent joins the pool", procs=both)
             _set_step(run_dir / "background", 1)  # let go: the lowest yield at this step's end
-            state = _wait_for(folder, lambda s: _held(s).get("urgent") == 2, "urgent gets its")
-        except AssertionError as exc:
+            state = _wait_for(
+                folder, lambda s: _held(s).get("urgent") == 2, "urgent gets its", procs=both
+            )
+        except BaseException:
             for proc in (urgent, background):
-                proc.kill()
-            said = [p.communicate(timeout=30)[0] for p in (urgent, background)]
-            raise AssertionError(f"{exc}\nurgent:\n{said[0]}\nbackground:\n{said[1]}") from None
+                if proc.poll() is None:
+                    proc.kill()
+            raise
         _set_step(run_dir / "background", 0.3)
         assert _held(state)["background"] <= 2
         # Each study's Prometheus endpoint says where it stands in the pool.
@@ -356,6 +382,7 @@ def test_two_studies_share_the_pool_by_weight(pool, tmp_path) -> None:
             folder,
             lambda s: _held(s) == {"light": 1, "heavy": 3},
             "shares 1:3 while both want devices",
+            procs={"light": light, "heavy": heavy},
         )
         shares = {s["name"]: s["share"] for s in state["studies"]}
         assert shares == {"light": 1.0, "heavy": 3.0}
