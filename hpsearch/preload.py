@@ -105,10 +105,12 @@ def dask_setup(worker: Any) -> None:
 
     import hpsearch.tracking
     from hpsearch import _warm
+    from hpsearch._exit import freeze_heap_at_exit
     from hpsearch._threads import quick_switches
 
     hpsearch.tracking.fail_fast_http()
     quick_switches()  # the trial's calls are not kept waiting by the MLflow writer
+    freeze_heap_at_exit()
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -76,3 +76,27 @@ def test_a_users_dask_config_sets_nothing_before_a_worker_starts(config):
 def test_a_rank_process_gets_its_share_of_threads():
     env = rank_env(kind="cpu", device_id=1, threads=3)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
+
+
+_ENDS = """
+import logging, sys
+from hpsearch._exit import freeze_heap_at_exit
+freeze_heap_at_exit()
+out = open(sys.argv[1] + "/left-open.txt", "w")  # never closed: flushed as the process ends
+out.write("written")
+handler = logging.FileHandler(sys.argv[1] + "/log.txt", delay=False)
+logging.getLogger("ends").addHandler(handler)
+logging.getLogger("ends").warning("logged")
+import atexit
+atexit.register(lambda: open(sys.argv[1] + "/handler.txt", "w").write("ran"))
+"""
+
+
+def test_a_process_that_freezes_its_heap_at_exit_still_ends_cleanly(tmp_path):
+    """Workers and the ``hpsearch`` command skip the collections of their shutdown; exit
+    handlers, the logging shutdown and the flush of a file left open still happen."""
+    done = subprocess.run([sys.executable, "-c", _ENDS, str(tmp_path)], timeout=120)
+    assert done.returncode == 0
+    assert (tmp_path / "left-open.txt").read_text() == "written"
+    assert (tmp_path / "log.txt").read_text().strip() == "logged"
+    assert (tmp_path / "handler.txt").read_text() == "ran"

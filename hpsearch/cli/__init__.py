@@ -258,6 +258,9 @@ app.add_typer(pool_app, name="pool")
 
 def main() -> None:
     """Entry point of the ``hpsearch`` command."""
+    from hpsearch._exit import freeze_heap_at_exit
+
+    freeze_heap_at_exit()
     try:
         app()
     except SystemExit:
