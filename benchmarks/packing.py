@@ -16,40 +16,28 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import table
+from _common import Utilisation, table
 from _gpu_packing import packing_rows
 
 
-class CpuUse:
-    """The CPU's use (percent of all cores) sampled every 0.5 s while a study runs."""
-
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        import psutil
-
-        psutil.cpu_percent(None)
-        while not self._stop.wait(0.5):
-            self.samples.append(psutil.cpu_percent(None))
+class CpuUse(Utilisation):
+    """The CPU's use (percent of all cores), sampled every 0.5 s while a study runs."""
 
     def __enter__(self) -> CpuUse:
-        self._thread.start()
+        import psutil
+
+        psutil.cpu_percent(None)  # the first reading only starts the count
+        super().__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
+    def _read(self) -> list[float]:
+        import psutil
 
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples) if self.samples else float("nan")
+        return [psutil.cpu_percent(None)]
 
 
 def main() -> None:
