@@ -285,10 +285,19 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
             procs={"background": background},
         )
         deadline = time.monotonic() + 120
-        while len(list((run_dir / "background").glob("notes-*"))) < 4:  # each checkpointed
+        while len(list((run_dir / "background").glob("notes-*"))) < 4:  # each a step in
             assert time.monotonic() < deadline, "the background trials' first steps"
             time.sleep(0.2)
         _set_step(run_dir / "background", 600)  # held
+        # The study ranks its trials by their reports, and only a checkpointed trial may
+        # yield: on a loaded machine a trial's first report can lag its note by seconds.
+        checkpoints = run_dir / "background" / "checkpoints"
+        while not (
+            len(list(checkpoints.glob("trial-[0-9].pt"))) == 4
+            and all(1 in t.intermediate_values for t in _trials(run_dir, "background"))
+        ):
+            assert time.monotonic() < deadline, "the background trials' first reports"
+            time.sleep(0.3)
         # Urgent steps of 1 s: it holds 2 devices for 8 s, longer than a status poll takes.
         urgent = _run(
             _study_file(tmp_path, "urgent", address, 3, priority="high", max_devices=2),
