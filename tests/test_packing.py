@@ -1,6 +1,6 @@
 """Small trials packed several to a device (``objective.gpus_per_trial`` 1/2, 1/4, 1/8): the
-layout, the spec, the capacity, and a study whose four trials share one CPU slot, each in its
-own worker process with a quarter of the slot's memory cap."""
+layout, the spec, the capacity, and a study whose two trials share one CPU slot, each in its
+own worker process with half the slot's memory cap (four to a slot: ``benchmarks/scenarios``)."""
 
 from __future__ import annotations
 
@@ -92,11 +92,18 @@ def test_command_line_device_counts() -> None:
 
 
 @pytest.mark.slow
-def test_four_trials_share_one_slot_and_the_one_over_its_quarter_fails_alone(run_dir) -> None:
-    """One CPU slot, ``gpus_per_trial: 1/4``: four worker processes on it run the four trials
-    at once; the memory cap of the slot (8 MiB) is split, so the trial whose parameters,
-    gradients and Adam state take 4 MiB fails "out of memory" over its 2 MiB (it would fit
-    the whole slot), and its neighbours complete."""
+def test_two_trials_share_one_slot_and_the_one_over_its_half_fails_alone(run_dir) -> None:
+    """One CPU slot, ``gpus_per_trial: 1/2``: two worker processes on it run the two trials
+    at once; the memory cap of the slot (6 MiB) is split, so the trial whose parameters,
+    gradients and Adam state take 4 MiB fails "out of memory" over its 3 MiB (it would fit
+    the whole slot), and its neighbour completes (``benchmarks/scenarios``: four to a slot)."""
+    pack_one_slot(run_dir, "1/2", "6MiB", [16, 64])
+
+
+def pack_one_slot(run_dir, fraction: str, cap: str, channels: list[int]) -> None:
+    """As many trials as ``channels`` (the largest takes 4 MiB with its gradients and Adam
+    state, over its ``fraction`` of the slot's ``cap``) packed on one CPU slot at once: the
+    largest fails "out of memory" alone, each in its own process."""
     spec = StudySpec.from_dict(
         {
             "name": "packed",
@@ -105,13 +112,13 @@ def test_four_trials_share_one_slot_and_the_one_over_its_quarter_fails_alone(run
                 "dataset": {"name": "digits", "size": 16, "limit": 400},
                 "epochs": 2,
                 "precision": "fp32",
-                "gpus_per_trial": "1/4",
-                "max_memory_per_device": "8MiB",
+                "gpus_per_trial": fraction,
+                "max_memory_per_device": cap,
                 "params": {"batch_size": 32, "n_blocks": 1, "lr": 0.003},
                 "checkpoint_interval": None,
             },
-            "space": {"channels": {"type": "categorical", "choices": [4, 8, 16, 64]}},
-            "search": {"n_trials": 4, "sampler": "grid", "pruner": "none", "seed": 0},
+            "space": {"channels": {"type": "categorical", "choices": channels}},
+            "search": {"n_trials": len(channels), "sampler": "grid", "pruner": "none", "seed": 0},
             "cluster": {"slots": 1},
         }
     )
@@ -121,19 +128,19 @@ def test_four_trials_share_one_slot_and_the_one_over_its_quarter_fails_alone(run
         storage=JournalStorage(JournalFileBackend(str(run_dir / "packed" / "optuna.journal"))),
     )
     trials = {t.params["channels"]: t for t in study.trials}
-    assert sorted(trials) == [4, 8, 16, 64]
-    big = trials.pop(64)
+    assert sorted(trials) == sorted(channels)
+    big = trials.pop(max(channels))
     assert big.state == optuna.trial.TrialState.FAIL
     reason = big.user_attrs["hpsearch.fail_reason"]
     assert reason.startswith(
         "out of memory: "
-    ) and "its 1/4 of objective.max_memory_per_device" in (reason), reason
+    ) and f"its {fraction} of objective.max_memory_per_device" in (reason), reason
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials.values())
-    # Each in its own process, all on the one slot, all four at once.
+    # Each in its own process, all on the one slot, all at once.
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "packed")
     runs = [r for r in runs if "hpsearch.trial_number" in r.data.tags]
-    assert len(runs) == 4
-    assert len({r.data.tags["hpsearch.pid"] for r in runs}) == 4
+    assert len(runs) == len(channels)
+    assert len({r.data.tags["hpsearch.pid"] for r in runs}) == len(channels)
     assert {r.data.tags["hpsearch.devices"] for r in runs} == {
         runs[0].data.tags["hpsearch.devices"]
     }

@@ -40,7 +40,8 @@ def database():
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.mark.parametrize("access", ["proxy", "direct"])
+# Workers through the proxy; straight to PostgreSQL ("direct"): benchmarks/scenarios.
+@pytest.mark.parametrize("access", ["proxy"])
 def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postgres(
     access, database, tmp_path, run_dir, monkeypatch
 ):

@@ -9,7 +9,7 @@ creates, enqueues and finishes trials, on the JournalStorage object itself, in i
 thread; the workers only report, write attributes and read, which the journal applies by
 trial id whatever thread sends them. This test holds that claim to account with the real
 parts: worker processes reporting through the proxy while the coordinator asks and tells,
-2,000 trials, then a resume from the file alone.
+400 trials here (2,000 in ``benchmarks/scenarios``), then a resume from the file alone.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from optuna.trial import TrialState
 
 from hpsearch.storage import ProxyAddress, StorageProxy, journal_backend, sync_journals
 
-N_TRIALS = 2000
+#: Trials of the stress run here; ``benchmarks/scenarios`` runs it with 2,000.
+N_TRIALS = 400
 STEPS = 4
 N_PROCESSES = 3
 IN_FLIGHT = 12
@@ -56,6 +57,12 @@ def _reporter(address: ProxyAddress, todo: mp.Queue, done: mp.Queue) -> None:
 
 @pytest.mark.slow
 def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tmp_path):
+    stress_the_journal(tmp_path, N_TRIALS)
+
+
+def stress_the_journal(tmp_path, n_trials: int) -> None:
+    """``n_trials`` trials asked and told by this process while worker processes report
+    through the proxy, then the study resumed from the file alone."""
     path = str(tmp_path / "optuna.journal")
     storage = JournalStorage(journal_backend(path))  # the coordinator's, as open_storage makes it
     study = optuna.create_study(
@@ -75,9 +82,9 @@ def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tm
         trials: dict[int, optuna.Trial] = {}
         asked = told = 0
         try:
-            while told < N_TRIALS:
+            while told < n_trials:
                 # The coordinator asks ahead while the workers report, and tells as they end.
-                while asked < N_TRIALS and asked - told < IN_FLIGHT:
+                while asked < n_trials and asked - told < IN_FLIGHT:
                     trial = study.ask(dist)
                     trials[trial._trial_id] = trial
                     todo.put((trial._trial_id, trial.number))
@@ -85,7 +92,7 @@ def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tm
                 try:
                     trial_id, number, seen = done.get(timeout=120)
                 except queue.Empty:
-                    pytest.fail(f"no report came back in 120 s ({told} of {N_TRIALS} told)")
+                    pytest.fail(f"no report came back in 120 s ({told} of {n_trials} told)")
                 assert seen == STEPS, f"trial {number} read back {seen} of {STEPS} reports"
                 study.tell(trials.pop(trial_id), _expected(number, STEPS))
                 told += 1
@@ -105,7 +112,7 @@ def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tm
         study_name="stress", storage=JournalStorage(JournalFileBackend(path))
     )
     got = reopened.get_trials(deepcopy=False)
-    assert [t.number for t in got] == list(range(N_TRIALS))
+    assert [t.number for t in got] == list(range(n_trials))
     assert all(t.state == TrialState.COMPLETE for t in got)
     for t in got:
         assert t.value == _expected(t.number, STEPS)
@@ -117,9 +124,9 @@ def test_journal_behind_the_proxy_holds_under_concurrent_reports_and_a_resume(tm
         trial = reopened.ask(dist)
         reopened.tell(trial, 0.0)
     assert [t.number for t in reopened.get_trials(deepcopy=False)][-3:] == [
-        N_TRIALS,
-        N_TRIALS + 1,
-        N_TRIALS + 2,
+        n_trials,
+        n_trials + 1,
+        n_trials + 2,
     ]
 
 

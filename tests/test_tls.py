@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import subprocess
 import sys
 
@@ -13,8 +12,6 @@ import pytest
 
 from hpsearch import Study
 from hpsearch.testing import user_spec
-
-from .conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -83,55 +80,6 @@ def _refused(address: str) -> bool:
     except subprocess.TimeoutExpired:
         return True
     return proc.returncode != 0
-
-
-def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
-    from .test_multinode import start_scheduler, stop_processes
-
-    tls = _certificates(tmp_path)
-    port = free_port()
-    address = f"tls://127.0.0.1:{port}"
-    flags = ["--tls-ca-file", tls["ca_file"], "--tls-cert", tls["cert"], "--tls-key", tls["key"]]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [start_scheduler(port, env, "--protocol", "tls", *flags)]
-    try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hpsearch.cli",
-                    "worker",
-                    address,
-                    "--gpus",
-                    "none",
-                    "--slots",
-                    "1",
-                    "--name",
-                    "secure",
-                    *flags,
-                ],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        from types import SimpleNamespace
-
-        from distributed import Client
-
-        from hpsearch.cluster._base import security
-
-        with Client(address, timeout=60, security=security(SimpleNamespace(**tls))) as client:
-            client.wait_for_workers(1, timeout=90)
-        spec = user_spec("secure", "hpsearch.testing.objectives:staircase", n_trials=3)
-        spec["cluster"] = {"address": address, "tls": tls}
-        result = Study(spec, run_dir=run_dir).run(progress=False)
-        assert result.progress.ended == 3 and result.progress.failed == 0
-        assert _refused(address), "a client without the certificates is refused"
-    finally:
-        stop_processes(procs)
 
 
 def test_local_cluster_with_temporary_tls(run_dir):
