@@ -284,7 +284,7 @@ def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, data
 _WORKER_WITH_A_RANK = """
 import sys, time
 from hpsearch.training._ranks import rank_pool
-proc = rank_pool()._get("cpu", 0, 1)  # a warm rank process, as a data-parallel trial leaves
+(proc,) = rank_pool()._get("cpu", [0], 1)  # a warm rank process, as a trial leaves
 print(proc.popen.pid, flush=True)
 time.sleep(120)
 """
@@ -348,3 +348,48 @@ def test_trials_train_in_the_environment_of_a_bare_process(run_dir, two_slot_cli
     assert seen[1]["ctx_threads"] == max(1, cores())
     assert seen[2]["ctx_threads"] == max(1, cores() // 2)
     assert os.environ.get("OMP_NUM_THREADS") == parent_threads, "the starting process as it was"
+
+
+def test_the_rank_processes_of_a_set_start_together(monkeypatch):
+    """All of a set's missing rank processes are started before the pool waits for the first
+    one (each imports torch and MLflow first); a warm one is kept; one that fails to start
+    takes the others started with it down."""
+    from hpsearch.training import _ranks
+
+    pool = _ranks.RankPool()
+    calls: list[tuple[str, object]] = []
+
+    class _Popen:
+        def __init__(self, device):
+            self.pid, self.device = 10_000 + device, device
+
+        def poll(self):
+            return None
+
+        def wait(self, timeout=None):
+            return 0
+
+    def spawn(kind, device, threads):
+        calls.append(("spawn", device))
+        return _Popen(device)
+
+    def hello(popen, key):
+        calls.append(("hello", popen.device))
+        if popen.device == 3:
+            raise RuntimeError("rank process for cpu:3 did not start")
+        return object()
+
+    monkeypatch.setattr(pool, "_spawn", spawn)
+    monkeypatch.setattr(pool, "_hello", hello)
+    monkeypatch.setattr(_ranks.os, "killpg", lambda pid, sig: calls.append(("kill", pid)))
+    monkeypatch.setattr(_ranks._RankProcess, "alive", lambda self: True)
+    procs = pool._get("cpu", [0, 1], 1)
+    assert calls == [("spawn", 0), ("spawn", 1), ("hello", 0), ("hello", 1)]
+    calls.clear()
+    assert pool._get("cpu", [1, 2], 1)[0] is procs[1]  # warm: not started again
+    assert calls == [("spawn", 2), ("hello", 2)]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="did not start"):
+        pool._get("cpu", [3, 4], 1)
+    assert calls == [("spawn", 3), ("spawn", 4), ("hello", 3), ("kill", 10_003), ("kill", 10_004)]
+    assert sorted(key[1] for key in pool._procs) == [0, 1, 2]

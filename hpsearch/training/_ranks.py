@@ -111,7 +111,7 @@ class RankPool:
                 self._arrived[int(hello["pid"])] = conn
                 self._cond.notify_all()
 
-    def _start(self, kind: str, device_id: DeviceId, threads: int) -> _RankProcess:
+    def _spawn(self, kind: str, device_id: DeviceId, threads: int) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         host, port = self._listener.address
         env.update(
@@ -122,12 +122,16 @@ class RankPool:
                 **rank_env(kind=kind, device_id=device_id, threads=threads),
             }
         )
-        popen = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "hpsearch.training._rank_main"],
             env=env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def _hello(self, popen: subprocess.Popen[bytes], key: tuple[str, DeviceId, int]) -> Connection:
+        """The connection of a started rank process, once it has imported what trials need."""
+        kind, device_id, _ = key
         deadline = time.monotonic() + START_TIMEOUT_S
         with self._cond:
             while popen.pid not in self._arrived:
@@ -137,25 +141,37 @@ class RankPool:
                         f"{popen.returncode} at start"
                     )
                 if time.monotonic() > deadline:
-                    popen.kill()
                     raise RuntimeError(
                         f"rank process for {kind}:{device_id} did not start in "
                         f"{START_TIMEOUT_S:.0f} s"
                     )
                 self._cond.wait(0.2)
-            conn = self._arrived.pop(popen.pid)
-        return _RankProcess(popen, conn, (kind, device_id, threads))
+            return self._arrived.pop(popen.pid)
 
-    def _get(self, kind: str, device_id: DeviceId, threads: int) -> _RankProcess:
-        key = (kind, device_id, threads)
+    def _get(self, kind: str, device_ids: list[DeviceId], threads: int) -> list[_RankProcess]:
+        """The rank processes of ``device_ids``: the warm ones kept, the others started all at
+        once (each imports torch and MLflow first: one after the other, a set of 8 devices
+        would wait for 8 imports)."""
+        keys = [(kind, d, threads) for d in device_ids]
         with self._lock:
-            proc = self._procs.get(key)
-            if proc is not None and not proc.alive():
-                proc.kill()
-                proc = None
-            if proc is None:
-                proc = self._procs[key] = self._start(kind, device_id, threads)
-            return proc
+            for key in keys:
+                proc = self._procs.get(key)
+                if proc is not None and not proc.alive():
+                    proc.kill()
+                    del self._procs[key]
+            started = {key: self._spawn(*key) for key in keys if key not in self._procs}
+            try:
+                for key, popen in started.items():
+                    self._procs[key] = _RankProcess(popen, self._hello(popen, key), key)
+            except BaseException:  # none of this set's new processes is left behind
+                for key, popen in started.items():
+                    self._procs.pop(key, None)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(popen.pid, signal.SIGKILL)
+                    with contextlib.suppress(Exception):
+                        popen.wait(5)
+                raise
+            return [self._procs[key] for key in keys]
 
     def _drop(self, procs: list[_RankProcess]) -> None:
         with self._lock:
@@ -178,7 +194,7 @@ class RankPool:
         timeout: float | None = None,
     ) -> tuple[Any, RankFailure | None]:
         """Run one trial on the ranks of ``device_ids``; return rank 0's result, or the failure."""
-        procs = [self._get(kind, d, threads) for d in device_ids]
+        procs = self._get(kind, device_ids, threads)
         # The trial's rendezvous store lives here, bound before any rank is told its port:
         # a port picked free and bound later by rank 0 could be taken in between (under load,
         # by any connection on the machine), and rank 0 would abort at start.
