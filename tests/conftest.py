@@ -97,32 +97,6 @@ def mlflow_runs(uri: str, experiment: str):
     return client, list(client.search_runs([exp.experiment_id], max_results=1000))
 
 
-#: The test files that take longest, longest first (measured on 2 cores in three test
-#: processes). With ``--dist loadfile`` each file goes whole to one process and the run ends
-#: when its last file does: starting the long files first leaves the short ones to fill the
-#: gaps at the end. Files not named here keep their order, after these.
-LONGEST_FIRST = (
-    "test_faults.py",
-    "test_ddp.py",
-    "test_pool.py",
-    "test_views.py",
-    "test_slurm.py",
-    "test_pipeline.py",
-    "test_fsdp.py",
-    "test_cli.py",
-    "test_studies.py",
-    "test_metrics.py",
-    "test_models.py",
-    "test_tracking_outage.py",
-    "test_end_to_end.py",
-)
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
-
-
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 # The MLflow servers the tests start need no job runner (MLflow's GenAI evaluation jobs):
 # two processes less for each server.
