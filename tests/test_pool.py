@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -154,45 +153,6 @@ def test_a_pool_without_arbiter(tmp_path) -> None:
         assert refused.returncode == 2 and "runs no arbiter" in refused.stderr
     finally:
         _cli("pool", "stop", "--dir", str(tmp_path), check=False)
-
-
-def test_a_killed_coordinator_loses_its_leases_and_its_rerun_finishes(pool, tmp_path) -> None:
-    """``hpsearch run`` on the pool, SIGKILLed while its trials run: its leases expire within
-    seconds (no heartbeat), its trials stop at their next report on the pool's workers (their
-    study is gone), and the same command again resumes them from their checkpoints."""
-    folder, address = pool
-    run_dir = tmp_path / "runs"
-    path = _study_file(tmp_path, "doomed", address, 3, weight=2.0, priority="high")
-    doomed = _run(path, run_dir, step_s=1.0)
-    try:
-        state = _wait_for(
-            folder,
-            lambda s: _held(s).get("doomed") == 3,
-            "doomed holds 3",
-            procs={"doomed": doomed},
-        )
-        (study,) = state["studies"]
-        assert (study["priority"], study["weight"]) == ("high", 2.0)
-        while not list((run_dir / "doomed").glob("notes-*")):  # a step in
-            time.sleep(0.2)
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait(30)
-    finally:
-        doomed.kill()
-    deadline = time.monotonic() + 60
-    while status(folder)["studies"]:
-        assert time.monotonic() < deadline, "the killed study kept its leases"
-        time.sleep(0.5)
-    state = status(folder)
-    assert state["free"] == 4 and state["expired"][0] == "doomed"
-
-    again = _run(path, run_dir, step_s=0.3)
-    out, _ = again.communicate(timeout=240)
-    assert again.returncode == 0, out
-    trials = _trials(run_dir, "doomed")
-    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials), out
-    assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
-    assert any(t.user_attrs.get("hpsearch.attempt", 1) > 1 for t in trials), "resumed"
 
 
 def _study_file(folder: Path, name: str, address: str, n_trials: int, **share) -> Path:

@@ -14,4 +14,5 @@ from tests.conftest import (  # noqa: F401 (fixtures, found by pytest by name)
     run_dir,
     two_slot_client,
 )
+from tests.test_pool import pool  # noqa: F401
 from tests.test_scale_out import database  # noqa: F401

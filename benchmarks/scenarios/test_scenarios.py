@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from optuna.trial import TrialState
@@ -16,6 +18,7 @@ from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL
 from hpsearch.testing import user_spec
 from tests import test_fsdp as fsdp_tests
 from tests import test_pbt as pbt_tests
+from tests import test_pool as pool_tests
 from tests import test_tls as tls_tests
 from tests.conftest import free_port, spawn_ranks
 from tests.test_fsdp import LOSS_RTOL
@@ -240,3 +243,44 @@ def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
         assert tls_tests._refused(address), "a client without the certificates is refused"
     finally:
         stop_processes(procs)
+
+
+def test_a_killed_coordinator_loses_its_leases_and_its_rerun_finishes(pool, tmp_path) -> None:
+    """``hpsearch run`` on the pool, SIGKILLed while its trials run: its leases expire within
+    seconds (no heartbeat), its trials stop at their next report on the pool's workers (their
+    study is gone), and the same command again resumes them from their checkpoints (the
+    suite expires a silent study's leases in the arbiter, and kills a plain study's
+    coordinator)."""
+    folder, address = pool
+    run_dir = tmp_path / "runs"
+    path = pool_tests._study_file(tmp_path, "doomed", address, 3, weight=2.0, priority="high")
+    doomed = pool_tests._run(path, run_dir, step_s=1.0)
+    try:
+        state = pool_tests._wait_for(
+            folder,
+            lambda s: pool_tests._held(s).get("doomed") == 3,
+            "doomed holds 3",
+            procs={"doomed": doomed},
+        )
+        (study,) = state["studies"]
+        assert (study["priority"], study["weight"]) == ("high", 2.0)
+        while not list((run_dir / "doomed").glob("notes-*")):  # a step in
+            time.sleep(0.2)
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(30)
+    finally:
+        doomed.kill()
+    deadline = time.monotonic() + 60
+    while pool_tests.status(folder)["studies"]:
+        assert time.monotonic() < deadline, "the killed study kept its leases"
+        time.sleep(0.5)
+    state = pool_tests.status(folder)
+    assert state["free"] == 4 and state["expired"][0] == "doomed"
+
+    again = pool_tests._run(path, run_dir, step_s=0.3)
+    out, _ = again.communicate(timeout=240)
+    assert again.returncode == 0, out
+    trials = pool_tests._trials(run_dir, "doomed")
+    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials), out
+    assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
+    assert any(t.user_attrs.get("hpsearch.attempt", 1) > 1 for t in trials), "resumed"
