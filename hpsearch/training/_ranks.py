@@ -159,13 +159,19 @@ class RankPool:
                 if proc is not None and not proc.alive():
                     proc.kill()
                     del self._procs[key]
-            started = {key: self._spawn(*key) for key in keys if key not in self._procs}
+            started: dict[tuple[str, DeviceId, int], subprocess.Popen[bytes]] = {}
             try:
+                for key in keys:
+                    if key not in self._procs:
+                        started[key] = self._spawn(*key)
                 for key, popen in started.items():
                     self._procs[key] = _RankProcess(popen, self._hello(popen, key), key)
             except BaseException:  # none of this set's new processes is left behind
                 for key, popen in started.items():
-                    self._procs.pop(key, None)
+                    proc = self._procs.pop(key, None)
+                    if proc is not None:
+                        proc.kill()
+                        continue
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(popen.pid, signal.SIGKILL)
                     with contextlib.suppress(Exception):
