@@ -42,6 +42,24 @@ def start_scheduler(port: int, env: dict[str, str], *flags: str) -> subprocess.P
     )
 
 
+def start_worker(
+    address: str, env: dict[str, str], name: str, *flags: str, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen:
+    """``hpsearch worker`` of one CPU slot named ``name`` joining ``address``, in a process
+    group of its own."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "hpsearch.cli", "worker", address),
+            *("--gpus", "none", "--slots", "1", "--name", name, *flags),
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
 def _wait_workers(address: str, n: int, timeout: float = 90) -> dict:
     from distributed import Client
 
@@ -68,28 +86,7 @@ def test_hpsearch_worker_and_plain_dask_worker_join_a_scheduler(run_dir, tmp_pat
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     procs = [start_scheduler(port, env)]
     try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hpsearch.cli",
-                    "worker",
-                    address,
-                    "--gpus",
-                    "none",
-                    "--slots",
-                    "1",
-                    "--name",
-                    "hp",
-                ],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-        )
+        procs.append(start_worker(address, env, "hp", stdout=subprocess.PIPE))
         # The documented by-hand path: plain dask worker, resources and devices set by hand.
         procs.append(
             subprocess.Popen(

@@ -49,10 +49,8 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
     through the coordinator's gRPC proxy, or by the workers directly) and a real MLflow
     server on PostgreSQL; checked afterwards with stock clients."""
     import os
-    import subprocess
-    import sys
 
-    from .test_multinode import _wait_workers, start_scheduler, stop_processes
+    from .test_multinode import _wait_workers, start_scheduler, start_worker, stop_processes
 
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{database}_mlflow"')
@@ -64,27 +62,7 @@ def test_postgres_study_across_cli_started_workers_and_an_mlflow_server_on_postg
     procs = [start_scheduler(port, env)]
     try:
         for name in ("node-a", "node-b"):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "hpsearch.cli",
-                        "worker",
-                        address,
-                        "--gpus",
-                        "none",
-                        "--slots",
-                        "1",
-                        "--name",
-                        name,
-                    ],
-                    env=env,
-                    start_new_session=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            procs.append(start_worker(address, env, name))
         server.start()
         _wait_workers(address, 2)
         monkeypatch.setenv("HPS_DB_USER", "postgres")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -197,7 +195,7 @@ def test_a_killed_worker_resumes_a_continuation(run_dir):
 def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
     """A TLS scheduler and worker started by the command line, a study on them, and a client
     without the certificates refused (the suite runs the local cluster with TLS)."""
-    from tests.test_multinode import start_scheduler, stop_processes
+    from tests.test_multinode import start_scheduler, start_worker, stop_processes
 
     tls = tls_tests._certificates(tmp_path)
     port = free_port()
@@ -206,28 +204,7 @@ def test_tls_scheduler_and_workers_from_the_cli(tmp_path, run_dir):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     procs = [start_scheduler(port, env, "--protocol", "tls", *flags)]
     try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hpsearch.cli",
-                    "worker",
-                    address,
-                    "--gpus",
-                    "none",
-                    "--slots",
-                    "1",
-                    "--name",
-                    "secure",
-                    *flags,
-                ],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        procs.append(start_worker(address, env, "secure", *flags))
         from types import SimpleNamespace
 
         from distributed import Client
