@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from optuna.trial import TrialState
 
 from .conftest import free_port, mlflow_runs
 from .test_faults import _journal_study, _wait
+from .test_tracking_outage import Server
 
 # Jobs start in seconds on an idle machine, in minutes on a loaded one: generous limits.
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -85,47 +85,12 @@ class _JobWatch:
 def mlflow_server(tmp_path_factory):
     """An MLflow server on 127.0.0.1 (the jobs' workers cannot write a file store of this
     machine), shared by this module's studies; its URI."""
-    import urllib.request
-
-    folder = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{folder / 'mlflow.db'}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=folder,  # its artifacts folder
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
+    server = Server(tmp_path_factory.mktemp("mlflow"), free_port())
+    server.start()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        yield uri
+        yield server.uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its worker processes
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        server.stop()
 
 
 def _slurm_yaml(uri: str, adapt: str, memory: str = "1GB") -> str:

@@ -21,6 +21,11 @@ from .conftest import free_port, mlflow_runs
 pytestmark = pytest.mark.slow
 
 
+#: MLflow 3's server also starts a job runner and seven huey consumers for its GenAI jobs
+#: (each a Python process importing MLflow, polling while idle); a study's server needs none.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 class Server:
     """``mlflow server`` on 127.0.0.1, in its own process group (it leaves children behind)."""
 
@@ -52,6 +57,7 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **SERVER_ENV},
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
