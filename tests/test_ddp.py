@@ -352,7 +352,7 @@ def test_trials_train_in_the_environment_of_a_bare_process(run_dir, two_slot_cli
 
 def test_the_rank_processes_of_a_set_start_together(monkeypatch):
     """All of a set's missing rank processes are started before the pool waits for the first
-    one (each imports torch and MLflow first); a warm one is kept; one that fails to start
+    one (each imports torch first, rank 0 MLflow too); a warm one is kept; one that fails to start
     takes the others started with it down."""
     from hpsearch.training import _ranks
 
@@ -369,8 +369,8 @@ def test_the_rank_processes_of_a_set_start_together(monkeypatch):
         def wait(self, timeout=None):
             return 0
 
-    def spawn(kind, device, threads):
-        calls.append(("spawn", device))
+    def spawn(kind, device, threads, *, tracks):
+        calls.append(("spawn", device, tracks))
         return _Popen(device)
 
     def hello(popen, key):
@@ -384,12 +384,19 @@ def test_the_rank_processes_of_a_set_start_together(monkeypatch):
     monkeypatch.setattr(_ranks.os, "killpg", lambda pid, sig: calls.append(("kill", pid)))
     monkeypatch.setattr(_ranks._RankProcess, "alive", lambda self: True)
     procs = pool._get("cpu", [0, 1], 1)
-    assert calls == [("spawn", 0), ("spawn", 1), ("hello", 0), ("hello", 1)]
+    # the set's first device is rank 0, the one process that imports MLflow at its start
+    assert calls == [("spawn", 0, True), ("spawn", 1, False), ("hello", 0), ("hello", 1)]
     calls.clear()
     assert pool._get("cpu", [1, 2], 1)[0] is procs[1]  # warm: not started again
-    assert calls == [("spawn", 2), ("hello", 2)]
+    assert calls == [("spawn", 2, False), ("hello", 2)]
     calls.clear()
     with pytest.raises(RuntimeError, match="did not start"):
         pool._get("cpu", [3, 4], 1)
-    assert calls == [("spawn", 3), ("spawn", 4), ("hello", 3), ("kill", 10_003), ("kill", 10_004)]
+    assert calls == [
+        ("spawn", 3, True),
+        ("spawn", 4, False),
+        ("hello", 3),
+        ("kill", 10_003),
+        ("kill", 10_004),
+    ]
     assert sorted(key[1] for key in pool._procs) == [0, 1, 2]

@@ -201,21 +201,29 @@ def _wait_for(
 ) -> dict:
     """The pool's status once ``check`` holds; on a timeout, or once one of the studies'
     ``hpsearch run`` processes ``procs`` has ended before, the failure shows what they said."""
+    from distributed import Client
+
+    from hpsearch.pool._lease import pool_status
+
+    address = json.loads((folder / "pool.json").read_text())["address"]
     deadline = time.monotonic() + timeout
-    while True:
-        state = status(folder)
-        if check(state):
-            return state
-        ended = [name for name, p in (procs or {}).items() if p.poll() is not None]
-        if ended or time.monotonic() >= deadline:
-            said = []
-            for name, p in (procs or {}).items():
-                if p.poll() is None:
-                    p.kill()
-                said.append(f"--- {name} (exit {p.wait(30)}):\n{p.communicate(timeout=30)[0]}")
-            why = f"{', '.join(ended)} ended first" if ended else f"{timeout:.0f} s passed"
-            raise AssertionError("\n".join([f"{what} ({why}): {state}", *said]))
-        time.sleep(0.3)
+    # Polled through the API that `hpsearch pool status --json` prints (a command each time
+    # would start a Python process); the command itself is checked where `status` is called.
+    with Client(address, timeout=10) as client:
+        while True:
+            state = json.loads(json.dumps(pool_status(client)))
+            if check(state):
+                return state
+            ended = [name for name, p in (procs or {}).items() if p.poll() is not None]
+            if ended or time.monotonic() >= deadline:
+                said = []
+                for name, p in (procs or {}).items():
+                    if p.poll() is None:
+                        p.kill()
+                    said.append(f"--- {name} (exit {p.wait(30)}):\n{p.communicate(timeout=30)[0]}")
+                why = f"{', '.join(ended)} ended first" if ended else f"{timeout:.0f} s passed"
+                raise AssertionError("\n".join([f"{what} ({why}): {state}", *said]))
+            time.sleep(0.3)
 
 
 def _trials(run_dir: Path, name: str):

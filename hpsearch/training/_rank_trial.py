@@ -49,6 +49,8 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
         local = ["cuda:0" if kind == "cuda" else "cpu"]
         devices = WorkerDevices(kind, tuple(payload["device_ids"]), threads, False)
         if rank == 0:
+            import mlflow  # noqa: F401  (once, before the trial starts MLflow's writer thread)
+
             outcome = execute(
                 task,
                 devices=devices,

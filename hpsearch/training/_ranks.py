@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 ENV_ADDRESS = "HPSEARCH_RANK_ADDRESS"
 ENV_AUTHKEY = "HPSEARCH_RANK_AUTHKEY"
 ENV_PARENT = "HPSEARCH_RANK_PARENT"
+#: "1" for a process started as rank 0 of its set: it alone imports MLflow before its hello.
+ENV_TRACKS = "HPSEARCH_RANK_TRACKS"
 
 #: Seconds the other ranks get to finish once rank 0 has its result (they are then killed).
 GRACE_S = 10.0
@@ -111,7 +113,9 @@ class RankPool:
                 self._arrived[int(hello["pid"])] = conn
                 self._cond.notify_all()
 
-    def _spawn(self, kind: str, device_id: DeviceId, threads: int) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, kind: str, device_id: DeviceId, threads: int, *, tracks: bool
+    ) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         host, port = self._listener.address
         env.update(
@@ -119,6 +123,7 @@ class RankPool:
                 ENV_ADDRESS: f"{host}:{port}",
                 ENV_AUTHKEY: self._authkey.hex(),
                 ENV_PARENT: str(os.getpid()),
+                ENV_TRACKS: "1" if tracks else "0",
                 **rank_env(kind=kind, device_id=device_id, threads=threads),
             }
         )
@@ -150,8 +155,8 @@ class RankPool:
 
     def _get(self, kind: str, device_ids: list[DeviceId], threads: int) -> list[_RankProcess]:
         """The rank processes of ``device_ids``: the warm ones kept, the others started all at
-        once (each imports torch and MLflow first: one after the other, a set of 8 devices
-        would wait for 8 imports)."""
+        once (each imports torch first, and rank 0 MLflow: one after the other, a set of 8
+        devices would wait for 8 imports)."""
         keys = [(kind, d, threads) for d in device_ids]
         with self._lock:
             for key in keys:
@@ -161,9 +166,9 @@ class RankPool:
                     del self._procs[key]
             started: dict[tuple[str, DeviceId, int], subprocess.Popen[bytes]] = {}
             try:
-                for key in keys:
+                for i, key in enumerate(keys):
                     if key not in self._procs:
-                        started[key] = self._spawn(*key)
+                        started[key] = self._spawn(*key, tracks=i == 0)
                 for key, popen in started.items():
                     self._procs[key] = _RankProcess(popen, self._hello(popen, key), key)
             except BaseException:  # none of this set's new processes is left behind
