@@ -124,6 +124,9 @@ def main() -> None:
     parser.add_argument("--narrowed", default="3945")
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
+    import logging
+
+    logging.getLogger("hpsearch").setLevel(logging.ERROR)  # the table alone, not each study's lines
     pairs = args.pairs.split(",") + [f"{i}:{i}" for i in args.narrowed.split(",") if i]
     started = time.perf_counter()
     print("| source -> target | median speed-up (cold / warm) | warm slower | never reached |")
