@@ -46,9 +46,16 @@ if not _sinfo_ok():
     )
 
 
-def _squeue(name: str) -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
+def _squeue(name: str, states: str = "all") -> list[str]:
+    out = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i", "-t", states], capture_output=True, text=True
+    )
     return out.stdout.split()
+
+
+#: A job the study holds: asked for or running. One it has ended may stay COMPLETING a while
+#: (long on a loaded machine); it no longer counts against ``adapt.maximum``.
+HELD = "PENDING,CONFIGURING,RUNNING"
 
 
 class _JobWatch:
@@ -64,9 +71,8 @@ class _JobWatch:
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            jobs = _squeue(self.name)
-            self.seen.update(jobs)
-            self.peak = max(self.peak, len(jobs))
+            self.seen.update(_squeue(self.name))
+            self.peak = max(self.peak, len(_squeue(self.name, HELD)))
             self._stop.wait(0.5)
 
     def stop(self) -> None:
@@ -184,9 +190,11 @@ def test_a_job_cancelled_mid_trial_resumes_its_trial_on_a_new_job(tmp_path, mlfl
             if study is None:
                 return None
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            return bool(running and running[0].intermediate_values)
+            # and its checkpoint complete: it is written in the background after the report
+            saved = tmp_path / "runs" / "cancelled" / "checkpoints" / "trial-0.pt.sha256"
+            return bool(running and running[0].intermediate_values and saved.exists())
 
-        _wait(one_epoch_in, 300, "the trial's first epoch")
+        _wait(one_epoch_in, 300, "the trial's first epoch and its checkpoint")
         jobs = _squeue("hpsearch-cancelled")
         assert len(jobs) == 1, jobs
         subprocess.run(["scancel", jobs[0]], check=True, timeout=60)
