@@ -46,9 +46,11 @@ if not _sinfo_ok():
     )
 
 
-def _squeue(name: str, states: str = "all") -> list[str]:
+def _squeue(name: str, states: str | None = None) -> list[str]:
+    """The ids of the jobs called ``name`` (in ``states``; squeue's default: those not ended)."""
+    wanted = ["-t", states] if states else []
     out = subprocess.run(
-        ["squeue", "-h", "-n", name, "-o", "%i", "-t", states], capture_output=True, text=True
+        ["squeue", "-h", "-n", name, "-o", "%i", *wanted], capture_output=True, text=True
     )
     return out.stdout.split()
 
