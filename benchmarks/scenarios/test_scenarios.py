@@ -247,10 +247,7 @@ def test_a_killed_coordinator_loses_its_leases_and_its_rerun_finishes(pool, tmp_
         doomed.wait(30)
     finally:
         doomed.kill()
-    deadline = time.monotonic() + 60
-    while pool_tests.status(folder)["studies"]:
-        assert time.monotonic() < deadline, "the killed study kept its leases"
-        time.sleep(0.5)
+    pool_tests._wait_for(folder, lambda s: not s["studies"], "the killed study's leases", 60)
     state = pool_tests.status(folder)
     assert state["free"] == 4 and state["expired"][0] == "doomed"
 
