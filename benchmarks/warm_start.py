@@ -3,18 +3,22 @@ cold, on LCBench in simulated time.
 
     python benchmarks/warm_start.py [--seeds 20] [--trials 50] [--workers 4]
         [--pairs 3945:7593,34539:126025,126026:126029,167104:167149,189865:189866]
-        [--narrowed 3945]
+        [--narrowed 3945] [--rerun 3945,7593,126025,126029,167149,189866]
 
 For each pair SOURCE:TARGET and each seed, three simulated studies of ``--trials`` TPE trials
 (52 epochs, no pruning) on ``--workers`` workers: the source on its instance; the target
 cold; the target warm (``search.warm_start: {from: source, top_k: 5, history: true}``).
 ``--narrowed`` adds the same instance run again with a narrowed space (learning rate and
 weight decay in the upper halves of their log ranges, at most 3 layers) started from a run
-on the full space. The measure is the simulated time each target study takes to reach the
-cold study's final best: the cold study's own time to its best, against the warm one's
-(a warm study that never reaches it counts as its whole run, so its speed-up is an upper
-bound). Speed-up is cold over warm; the table gives its median over the seeds, per pair
-and over all, and the share of seeds where warm was slower.
+on the full space. ``--rerun`` adds the same instance and space started from a study of
+another seed: the closest relation a source can have, so the speed-up a warm start reaches
+when the source's good configurations are the target's.
+
+The measure is the simulated time each target study takes to reach the cold study's final
+best: the cold study's own time to its best, against the warm one's (a warm study that never
+reaches it counts as its whole run, so its speed-up is an upper bound). Speed-up is cold
+over warm; the table gives its median over the seeds, per case and over all the pairs (and
+over all the reruns), and the share of seeds where warm was slower.
 """
 
 from __future__ import annotations
@@ -77,17 +81,21 @@ def _narrowed(space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def one(pair: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
+def one(case: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
     """The speed-up of the warm target over the cold one, and whether warm reached the cold
-    study's best at all."""
+    study's best at all. ``case`` is ``SOURCE:TARGET`` (another instance, or the same one
+    with a narrowed space) or ``INSTANCE=`` (the same instance and space, another seed)."""
     from hpsearch.simulation import benchmark
 
-    source, _, target = pair.partition(":")
-    narrowed = source == target
+    rerun = case.endswith("=")
+    source, _, target = case.rstrip("=").partition(":")
+    target = target or source
+    narrowed = source == target and not rerun
     with tempfile.TemporaryDirectory() as folder:
         run_dir = Path(folder)
         common = {"seed": seed, "trials": args.trials, "workers": args.workers}
-        Study(_spec("source", source, **common), run_dir=run_dir).run(progress=False)
+        earlier = {**common, "seed": seed + 1000} if rerun else common
+        Study(_spec("source", source, **earlier), run_dir=run_dir).run(progress=False)
         cold, warm = (
             _spec("cold", target, **common),
             _spec(
@@ -113,6 +121,13 @@ def one(pair: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
         return t_cold / max(t_warm, 1e-9), reached
 
 
+def _label(case: str) -> str:
+    if case.endswith("="):
+        return f"{case[:-1]} -> {case[:-1]} (rerun, another seed)"
+    source, _, target = case.partition(":")
+    return f"{source} -> {target}" + (" (narrowed space)" if source == target else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
@@ -122,33 +137,34 @@ def main() -> None:
         "--pairs", default="3945:7593,34539:126025,126026:126029,167104:167149,189865:189866"
     )
     parser.add_argument("--narrowed", default="3945")
+    parser.add_argument("--rerun", default="3945,7593,126025,126029,167149,189866")
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
     import logging
 
     logging.getLogger("hpsearch").setLevel(logging.ERROR)  # the table alone, not each study's lines
     pairs = args.pairs.split(",") + [f"{i}:{i}" for i in args.narrowed.split(",") if i]
+    reruns = [f"{i}=" for i in args.rerun.split(",") if i]
     started = time.perf_counter()
     print("| source -> target | median speed-up (cold / warm) | warm slower | never reached |")
     print("|---|---:|---:|---:|")
-    everything: list[float] = []
-    for pair in pairs:
-        results = [one(pair, seed, args) for seed in range(args.seeds)]
-        speedups = [s for s, _ in results]
-        everything += speedups
-        label = pair.replace(":", " -> ") + (
-            " (narrowed space)" if pair.split(":")[0] == pair.split(":")[1] else ""
-        )
-        print(
-            f"| {label} | {statistics.median(speedups):.2f}x | "
-            f"{sum(s < 1 for s in speedups)} of {len(speedups)} | "
-            f"{sum(not r for _, r in results)} |",
-            flush=True,
-        )
-    print(
-        f"| all | {statistics.median(everything):.2f}x | "
-        f"{sum(s < 1 for s in everything)} of {len(everything)} | |"
-    )
+    for group, label in ((pairs, "all"), (reruns, "all reruns")):
+        everything: list[float] = []
+        for case in group:
+            results = [one(case, seed, args) for seed in range(args.seeds)]
+            speedups = [s for s, _ in results]
+            everything += speedups
+            print(
+                f"| {_label(case)} | {statistics.median(speedups):.2f}x | "
+                f"{sum(s < 1 for s in speedups)} of {len(speedups)} | "
+                f"{sum(not r for _, r in results)} |",
+                flush=True,
+            )
+        if everything:
+            print(
+                f"| {label} | {statistics.median(everything):.2f}x | "
+                f"{sum(s < 1 for s in everything)} of {len(everything)} | |"
+            )
     print(f"\n{time.perf_counter() - started:.0f} s of wall on this machine")
 
 
