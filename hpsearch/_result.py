@@ -27,3 +27,5 @@ class StudyResult:
     front: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     #: A simulated run's figures (virtual seconds, device-hours, ...; see hpsearch.simulation).
     simulation: dict[str, Any] | None = None
+    #: Lines about the run worth reading at its end (how a warm start's configurations did).
+    notes: list[str] = field(default_factory=list)

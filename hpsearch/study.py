@@ -339,6 +339,7 @@ class Study:
             replay_backlog,
         )
         from hpsearch.trial import best_complete_trial
+        from hpsearch.warm_start import end_notes
 
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         spec = self.spec
@@ -489,4 +490,5 @@ class Study:
             self.experiment,
             target.parent_run_id,
             list(study.best_trials) if study is not None and spec.is_multi_objective else [],
+            notes=end_notes(study) if study is not None else [],
         )

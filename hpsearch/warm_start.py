@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -184,6 +184,61 @@ def apply(spec: StudySpec, study: optuna.Study, run_dir: Path) -> WarmStart:
             )
     study.set_user_attr(WARM_ATTR, json.dumps(sorted(done)))
     return out
+
+
+def _listed(numbers: Sequence[int]) -> str:
+    """``numbers`` as words.
+
+    >>> _listed([1]), _listed([1, 4]), _listed([1, 4, 9])
+    ('1', '1 and 4', '1, 4 and 9')
+    """
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def end_notes(study: optuna.Study) -> list[str]:
+    """The lines worth reading at the end of a run of ``study`` (:attr:`StudyResult.notes`)."""
+    line = outcome(study)
+    return [line] if line else []
+
+
+def outcome(study: optuna.Study) -> str | None:
+    """How the configurations a warm start enqueued did in ``study``: their ranks among its
+    completed trials, in one line (None: none enqueued, or several objectives).
+
+    The ranks say whether the earlier study was a good guide: near the top, its best were
+    this study's too; all in the worse half, the earlier study's good region is not this
+    one's, and its ``history`` pulled the first trials the wrong way."""
+    from optuna.trial import TrialState
+
+    if len(study.directions) != 1:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    moved = [t for t in trials if TRANSFERRED in t.user_attrs]
+    if not moved:
+        return None
+    maximize = study.direction.name == "MAXIMIZE"
+    complete = sorted(
+        (
+            t
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+        ),
+        key=lambda t: (-t.value if maximize else t.value, t.number),  # type: ignore[operator]
+    )
+    rank = {t.number: i + 1 for i, t in enumerate(complete)}
+    ranks = sorted(rank[t.number] for t in moved if t.number in rank)
+    if not ranks:
+        return f"warm start: none of the {len(moved)} configurations from earlier studies completed"
+    line = (
+        f"warm start: the {len(moved)} configurations from earlier studies ranked "
+        f"{_listed(ranks)} of the {len(complete)} completed trials here"
+    )
+    if len(ranks) < len(moved):
+        line += f" ({len(moved) - len(ranks)} did not complete)"
+    if len(complete) >= 4 and ranks[0] > len(complete) / 2:
+        line += ": all in the worse half, the earlier studies' best is not this study's"
+    return line
 
 
 def carry_for(spec: StudySpec, study: optuna.Study, history: list[FrozenTrial]) -> Carry:

@@ -199,6 +199,44 @@ def test_history_informs_the_sampler_and_is_never_counted_or_best(run_dir):
     assert inside >= 4, [t.params["x"] for t in study.trials]
 
 
+def test_a_warm_run_ends_saying_how_its_transferred_configurations_ranked(run_dir):
+    Study(_sim("old"), run_dir=run_dir).run(progress=False)
+    spec = _sim("new", n_trials=8, warm_start={"from": "old", "top_k": 3, "history": False})
+    result = Study(spec, run_dir=run_dir).run(progress=False)
+    complete = [t for t in _study(run_dir, "new").trials if t.state == TrialState.COMPLETE]
+    order = sorted(complete, key=lambda t: (-t.value, t.number))
+    ranks = sorted(i + 1 for i, t in enumerate(order) if TRANSFERRED in t.user_attrs)
+    assert len(ranks) == 3, "the three transferred configurations completed"
+    assert result.notes == [
+        f"warm start: the 3 configurations from earlier studies ranked {ranks[0]}, {ranks[1]} "
+        f"and {ranks[2]} of the {len(complete)} completed trials here"
+        + (
+            ": all in the worse half, the earlier studies' best is not this study's"
+            if ranks[0] > len(complete) / 2
+            else ""
+        )
+    ]
+    # A cold run has nothing to say.
+    assert Study(_sim("cold", n_trials=4), run_dir=run_dir).run(progress=False).notes == []
+
+
+def test_transferred_configurations_all_in_the_worse_half_are_called_out():
+    from hpsearch.warm_start import outcome
+
+    study = optuna.create_study(direction="minimize")
+    for value, moved in [(5.0, True), (1.0, False), (2.0, False), (4.0, True), (3.0, False)]:
+        study.enqueue_trial({"x": value}, user_attrs={TRANSFERRED: "old#1"} if moved else {})
+        study.optimize(lambda t: t.suggest_float("x", 0, 9), n_trials=1)
+    assert outcome(study) == (
+        "warm start: the 2 configurations from earlier studies ranked 4 and 5 of the 5 completed"
+        " trials here: all in the worse half, the earlier studies' best is not this study's"
+    )
+    failed = study.ask({"x": optuna.distributions.FloatDistribution(0, 9)})
+    failed.set_user_attr(TRANSFERRED, "old#2")
+    study.tell(failed, state=TrialState.FAIL)
+    assert "of the 5 completed trials here (1 did not complete)" in outcome(study)
+
+
 def test_a_warm_start_across_directions_is_refused(run_dir):
     from hpsearch.exceptions import SpecError
 

@@ -213,6 +213,8 @@ def _summary(console: Any, result: Any) -> None:
         f"[bold]{p.ended}[/] trials ended: "
         f"{p.complete} complete, {p.pruned} pruned, {p.failed} failed"
     )
+    for note in result.notes:
+        console.print(note, highlight=False)
     if result.front:
         numbers = ", ".join(f"#{t.number}" for t in sorted(result.front, key=lambda t: t.number))
         console.print(

@@ -77,6 +77,7 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
     from hpsearch._result import StudyResult
     from hpsearch.storage import redact
     from hpsearch.trial import best_complete_trial
+    from hpsearch.warm_start import end_notes
 
     layout = study.layout
     layout.create()
@@ -101,4 +102,5 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
         parent,
         list(simulation.study.best_trials) if study.spec.is_multi_objective else [],
         simulation=figures,
+        notes=end_notes(simulation.study),
     )
