@@ -22,6 +22,7 @@ def close_tracking(
 ) -> None:
     """Close every trial's run with its true state and record the summary on the study's run."""
     from hpsearch.interruption import close_interrupted_runs
+    from hpsearch.warm_start import outcome
 
     trials = study.get_trials(deepcopy=False)
     tracker.reconcile(trials)
@@ -37,6 +38,7 @@ def close_tracking(
         tags={
             tag.BEST_TRIAL: best.number if best else "none",
             tag.N_ENDED: sum(t.state.is_finished() for t in trials),
+            **({tag.WARM_START_OUTCOME: line} if (line := outcome(study)) else {}),
         },
         metrics={f"best_{spec.metric}": best.value} if best else {},
     )

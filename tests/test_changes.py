@@ -152,7 +152,9 @@ def test_warm_start_enqueues_the_best_configurations_mapped_onto_the_new_space(
     spec["space"]["x"] = {"type": "float", "low": 0.2, "high": 0.9}
     start = {"from": "source", "top_k": 3, "history": False}
     with caplog.at_level(logging.WARNING, logger="hpsearch.study"):  # the Python API's way
-        Study(spec, run_dir=run_dir, client=dask_client, warm_start=start).run(progress=False)
+        result = Study(spec, run_dir=run_dir, client=dask_client, warm_start=start).run(
+            progress=False
+        )
     spec["search"]["warm_start"] = start  # the file's way: the same spec
     trials = _study(run_dir, "warm").trials
     assert len(trials) == 4
@@ -162,6 +164,14 @@ def test_warm_start_enqueues_the_best_configurations_mapped_onto_the_new_space(
     clipped = sum(x < 0.2 for x in best)
     assert "warm start: the best 3 of source run first" in caplog.text
     assert (f"x clipped in {clipped}" in caplog.text) == bool(clipped)
+    # The run ends saying how they ranked, and the study's MLflow run keeps the line.
+    from mlflow import MlflowClient
+
+    assert (
+        len(result.notes) == 1 and "configurations from earlier studies ranked" in result.notes[0]
+    )
+    parent = MlflowClient(result.mlflow_uri).get_run(result.parent_run_id)
+    assert parent.data.tags["hpsearch.warm_start_outcome"] == result.notes[0]
     # Run again: the warm start is not enqueued twice.
     spec["search"]["n_trials"] = 5
     Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)

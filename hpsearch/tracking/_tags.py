@@ -68,6 +68,9 @@ PARENT_TRIAL = "hpsearch.parent_trial"
 #: configuration it took (a warm start's top_k): see hpsearch.carry.
 SPEC_VERSION = "hpsearch.spec_version"
 TRANSFERRED_FROM = "hpsearch.transferred_from"
+#: On the study's run: how the configurations a warm start took ranked among the study's
+#: completed trials (the line the run ends with; hpsearch.warm_start.outcome).
+WARM_START_OUTCOME = "hpsearch.warm_start_outcome"
 FROM_EPOCH = "hpsearch.from_epoch"
 
 # A trial stopped by Ctrl-C or SIGTERM: still RUNNING in the study, to resume on the next run.
