@@ -11,7 +11,7 @@ throughput of the trials they run, and the MLflow writes they still hold.
 The worker side is :func:`trial_figures` (the runner hands its dict to the trial's context,
 which fills it as the trial logs ``samples_per_s`` and ``epoch_s``) and :func:`worker_figures`.
 
-:func:`read_endpoint` reads a running study's endpoint back (``hpsearch status``).
+:mod:`hpsearch._endpoint` reads a running study's endpoint back (``hpsearch status``).
 
 Every series carries the label ``study``; docs/metrics.md lists them.
 """
@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpsearch._endpoint import ENDPOINT_FILE
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -40,8 +42,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the workers' figures.
 POLL_S = 2.0
-#: The file in the study's run folder that says where its endpoint listens.
-ENDPOINT_FILE = "metrics.json"
+#: At most this long, the endpoint of a study that ended stays up for Prometheus to scrape the
+#: end (1.5 of the scrape intervals seen, at most this).
+LAST_SCRAPE_WAIT_S = 30.0
 #: What a trial logs that the metrics show per trial (the built-in loop logs both each epoch).
 THROUGHPUT_KEYS = ("samples_per_s", "epoch_s")
 #: Ended trials whose throughput the endpoint still shows (the latest ones): each is a series
@@ -180,6 +183,12 @@ class StudyMetrics(NoMetrics):
         self._poller: threading.Thread | None = None
         self._server: Any = None
         self.url = ""
+        # Scrapes seen (count, last time, the gap before it) and the count when the study ended.
+        self._scraped = threading.Condition()
+        self._scrapes = 0
+        self._last_scrape: float | None = None
+        self._interval: float | None = None
+        self._end: tuple[int, float] | None = None
 
     # ------------------------------------------------------------ life
 
@@ -216,14 +225,45 @@ class StudyMetrics(NoMetrics):
         """Read the counts from ``coordinator`` from now on."""
         self.coordinator = coordinator
 
-    def stop_polling(self) -> None:
-        """Stop asking the workers (before the cluster closes); the endpoint stays up."""
+    def stop_polling(self, *, ended: bool = False) -> None:
+        """Stop asking the workers (before the cluster closes); the endpoint stays up.
+        ``ended``: the study ran to its end, and :meth:`close` lets Prometheus scrape it."""
         self._stop.set()
         if self._poller is not None:
             self._poller.join(timeout=30)
+        if ended:
+            with self._scraped:
+                self._end = (self._scrapes, time.monotonic())
+
+    def on_scrape(self) -> None:
+        """A scrape read the figures (called by the collector)."""
+        now = time.monotonic()
+        with self._scraped:
+            if self._last_scrape is not None:
+                self._interval = now - self._last_scrape
+            self._last_scrape = now
+            self._scrapes += 1
+            self._scraped.notify_all()
+
+    def _await_last_scrape(self) -> None:
+        """Once a study ended, wait until a scrape has read its end: Prometheus keeps the last
+        samples it scraped, and without that one the study would stay running there. At most
+        1.5 of the scrape intervals seen since it ended; nothing when nobody scrapes."""
+        with self._scraped:
+            if self._end is None or self._interval is None:
+                return
+            count, at = self._end
+            limit = min(1.5 * self._interval + 0.5, LAST_SCRAPE_WAIT_S)
+            left = at + limit - time.monotonic()
+            if left > 3:
+                log.warning("metrics: the endpoint stays up until Prometheus scrapes the end")
+            if not self._scraped.wait_for(lambda: self._scrapes > count, max(left, 0)):
+                return
+        time.sleep(0.2)  # the scrape's answer is written after the figures are read
 
     def close(self) -> None:
         self.stop_polling()
+        self._await_last_scrape()
         with contextlib.suppress(FileNotFoundError):
             (self.study_dir / ENDPOINT_FILE).unlink()
         if self._server is not None:
@@ -399,6 +439,7 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         families: dict[str, Any] = {}
+        self.metrics.on_scrape()
         for name, kind, help_text, labels, value in self.metrics.figures():
             keys = ["study", *labels]
             family = families.get(name)
@@ -410,89 +451,3 @@ class _Collector:
                 families[name] = family
             family.add_metric([self.metrics.study, *labels.values()], float(value))
         yield from families.values()
-
-
-# ------------------------------------------------------------------------- reading it back
-
-
-def endpoint_url(study_dir: Path) -> str | None:
-    """The URL in the study's ``metrics.json``, or None when it has none."""
-    try:
-        return str(json.loads((Path(study_dir) / ENDPOINT_FILE).read_text())["url"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def read_endpoint(study_dir: Path, study: str, *, timeout: float = 3.0) -> dict[str, Any] | None:
-    """The figures of a running study from its endpoint, or None when it does not answer.
-
-    Returns ``{"url", "trials": {state: n}, "budget", "queued", "best", "best_trial",
-    "sets": {state: n}, "devices": {state: n}, "losses", "retries", "backlog": {where: n},
-    "workers", "utilization": [(name or address, device, kind, value)],
-    "throughput": {trial: {"samples_per_s", "epoch_s"}}}``.
-    """
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    url = endpoint_url(study_dir)
-    if url is None:
-        return None
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            text = response.read().decode()
-    except (OSError, ValueError):
-        return None
-    out: dict[str, Any] = {
-        "url": url,
-        "trials": {},
-        "sets": {},
-        "devices": {},
-        "backlog": {},
-        "utilization": [],
-        "throughput": {},
-    }
-    scalars = {
-        "hpsearch_trials_budget": "budget",
-        "hpsearch_trials_queued": "queued",
-        "hpsearch_best_value": "best",
-        "hpsearch_best_trial": "best_trial",
-        "hpsearch_worker_losses_total": "losses",
-        "hpsearch_trial_retries_total": "retries",
-        "hpsearch_workers": "workers",
-    }
-    by_label = {
-        "hpsearch_trials": ("trials", "state"),
-        "hpsearch_device_sets": ("sets", "state"),
-        "hpsearch_devices": ("devices", "state"),
-        "hpsearch_tracking_backlog": ("backlog", "where"),
-    }
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels, value = sample.labels, sample.value
-            if labels.get("study") != study:
-                continue
-            name = sample.name
-            if name in scalars:
-                out[scalars[name]] = value
-            elif name in by_label:
-                key, label = by_label[name]
-                out[key][labels[label]] = value
-            elif name == "hpsearch_device_utilization":
-                who = labels.get("name") or labels.get("worker", "")
-                out["utilization"].append((who, labels["device"], labels.get("kind", ""), value))
-            elif name in ("hpsearch_trial_samples_per_second", "hpsearch_trial_epoch_seconds"):
-                key = "samples_per_s" if name.endswith("second") else "epoch_s"
-                out["throughput"].setdefault(int(labels["trial"]), {})[key] = value
-    return out
-
-
-def wait_for_endpoint(study_dir: Path, *, timeout: float) -> str | None:
-    """The endpoint's URL once ``metrics.json`` appears (for tests and scripts), or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        url = endpoint_url(study_dir)
-        if url is not None:
-            return url
-        time.sleep(0.2)
-    return None

@@ -457,7 +457,7 @@ class Study:
                 with ServerWatch(self.mlflow_uri):
                     progress = coordinator.run()
                 if metrics is not None:
-                    metrics.stop_polling()  # the workers are asked no more; the counts stay up
+                    metrics.stop_polling(ended=True)  # the workers are asked no more
                 status = "FINISHED"
                 flush_workers(client, self.layout.tracking_backlog)
                 progress.tracked = time.monotonic()

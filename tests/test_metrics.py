@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -71,12 +72,57 @@ def test_a_port_in_use_is_one_line_naming_the_key(tmp_path):
     assert not (tmp_path / "metrics.json").exists()
 
 
+def _scrape_later(url: str, delay: float) -> dict[str, object]:
+    """Scrape ``url`` after ``delay`` seconds, on a thread; the answer, or the error."""
+    got: dict[str, object] = {}
+
+    def scrape() -> None:
+        time.sleep(delay)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                got["text"] = response.read().decode()
+        except OSError as exc:
+            got["error"] = exc
+
+    got["thread"] = thread = threading.Thread(target=scrape)
+    thread.start()
+    return got
+
+
+def test_an_ended_study_keeps_its_endpoint_up_until_a_scrape_reads_the_end(tmp_path):
+    from hpsearch.metrics import StudyMetrics
+
+    def endpoint() -> StudyMetrics:
+        metrics = StudyMetrics("m", MetricsSpec(port=0), study_dir=tmp_path, client=None)  # type: ignore[arg-type]
+        metrics.start()
+        for _ in range(2):  # Prometheus has scraped it before
+            urllib.request.urlopen(metrics.url, timeout=10).read()
+        metrics._interval = 20.0  # as if every 20 s: a wait of at most 30 s
+        return metrics
+
+    # The study ran to its end: close() waits for the next scrape, which reads the end.
+    metrics = endpoint()
+    metrics.stop_polling(ended=True)
+    got = _scrape_later(metrics.url, 0.3)
+    metrics.close()
+    got["thread"].join()  # type: ignore[attr-defined]
+    assert "hpsearch_workers" in str(got.get("text")), got
+    assert not (tmp_path / "metrics.json").exists()
+
+    # Interrupted (or failed): nothing to wait for, the endpoint goes at once.
+    metrics = endpoint()
+    got = _scrape_later(metrics.url, 0.3)
+    metrics.close()
+    got["thread"].join()  # type: ignore[attr-defined]
+    assert isinstance(got.get("error"), OSError), got
+
+
 @pytest.mark.slow
 def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, dask_client):
     """Port 0: the endpoint's address is in metrics.json while the study runs; read back there
     by what ``hpsearch status`` uses, it has the coordinator's counts and the workers' figures;
     the file is gone when the run ends."""
-    from hpsearch.metrics import read_endpoint
+    from hpsearch._endpoint import read_endpoint
     from hpsearch.study import Study
 
     spec = user_spec("free-port", "hpsearch.testing.objectives:steady", n_trials=3)
@@ -111,7 +157,7 @@ def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, 
 @pytest.mark.slow
 def test_a_lost_worker_is_counted_with_its_retry(run_dir, dask_client):
     """A worker SIGKILLed mid-trial: the endpoint counts one lost worker and one retry."""
-    from hpsearch.metrics import read_endpoint
+    from hpsearch._endpoint import read_endpoint
     from hpsearch.study import Study
 
     spec = user_spec("lost-worker", "hpsearch.testing.objectives:steady", n_trials=3)

@@ -289,7 +289,7 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
         # Each study's Prometheus endpoint says where it stands in the pool.
         import urllib.request
 
-        from hpsearch.metrics import wait_for_endpoint
+        from hpsearch._endpoint import wait_for_endpoint
 
         url = wait_for_endpoint(run_dir / "urgent", timeout=30)
         assert url is not None

@@ -116,7 +116,7 @@ def _status_view(study: Any) -> Any:
     from rich.console import Group
     from rich.table import Table
 
-    from hpsearch.metrics import read_endpoint
+    from hpsearch._endpoint import read_endpoint
 
     live = read_endpoint(study.layout.study_dir, study.spec.name)
     frame = study.trials_dataframe()
