@@ -18,6 +18,7 @@ Every series carries the label ``study``; docs/metrics.md lists them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -183,27 +184,25 @@ class StudyMetrics(NoMetrics):
         self._poller: threading.Thread | None = None
         self._server: Any = None
         self.url = ""
-        # Scrapes seen (count, last time, the gap before it) and the count when the study ended.
+        # Scrapes seen (their count, the times of the latest) and the count when the study ended.
         self._scraped = threading.Condition()
         self._scrapes = 0
-        self._last_scrape: float | None = None
-        self._interval: float | None = None
+        self._scrape_times: collections.deque[float] = collections.deque(maxlen=3)
         self._end: tuple[int, float] | None = None
 
     # ------------------------------------------------------------ life
 
     def start(self) -> StudyMetrics:
         """Listen on ``host:port`` (port 0: a free one), write ``metrics.json``, start polling."""
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
 
+        from hpsearch._metrics_http import serve
         from hpsearch.exceptions import ClusterError
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
         try:
-            self._server, _ = start_http_server(
-                self.spec.port, addr=self.spec.host, registry=registry
-            )
+            self._server = serve(registry, self.spec.host, self.spec.port, self.on_scrape)
         except OSError as exc:
             raise ClusterError(
                 f"cluster.metrics: cannot listen on {self.spec.host}:{self.spec.port} "
@@ -236,24 +235,32 @@ class StudyMetrics(NoMetrics):
                 self._end = (self._scrapes, time.monotonic())
 
     def on_scrape(self) -> None:
-        """A scrape read the figures (called by the collector)."""
-        now = time.monotonic()
+        """Prometheus is about to read the figures (called by the server)."""
         with self._scraped:
-            if self._last_scrape is not None:
-                self._interval = now - self._last_scrape
-            self._last_scrape = now
+            self._scrape_times.append(time.monotonic())
             self._scrapes += 1
             self._scraped.notify_all()
+
+    def scrape_interval(self) -> float | None:
+        """How often Prometheus scrapes the endpoint, if it did lately, or None."""
+        with self._scraped:
+            times = list(self._scrape_times)
+        if len(times) < 2:
+            return None
+        interval = (times[-1] - times[0]) / (len(times) - 1)
+        since = (self._end[1] if self._end else time.monotonic()) - times[-1]
+        return interval if since <= 2 * interval else None
 
     def _await_last_scrape(self) -> None:
         """Once a study ended, wait until a scrape has read its end: Prometheus keeps the last
         samples it scraped, and without that one the study would stay running there. At most
-        1.5 of the scrape intervals seen since it ended; nothing when nobody scrapes."""
+        1.5 scrape intervals since it ended; nothing when Prometheus does not scrape it."""
+        interval = self.scrape_interval()
         with self._scraped:
-            if self._end is None or self._interval is None:
+            if self._end is None or interval is None:
                 return
             count, at = self._end
-            limit = min(1.5 * self._interval + 0.5, LAST_SCRAPE_WAIT_S)
+            limit = min(1.5 * interval + 0.5, LAST_SCRAPE_WAIT_S)
             left = at + limit - time.monotonic()
             if left > 3:
                 log.warning("metrics: the endpoint stays up until Prometheus scrapes the end")
@@ -439,7 +446,6 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         families: dict[str, Any] = {}
-        self.metrics.on_scrape()
         for name, kind, help_text, labels, value in self.metrics.figures():
             keys = ["study", *labels]
             family = families.get(name)

@@ -73,13 +73,15 @@ def test_a_port_in_use_is_one_line_naming_the_key(tmp_path):
 
 
 def _scrape_later(url: str, delay: float) -> dict[str, object]:
-    """Scrape ``url`` after ``delay`` seconds, on a thread; the answer, or the error."""
+    """Scrape ``url`` as Prometheus does after ``delay`` seconds, on a thread; the answer, or
+    the error."""
     got: dict[str, object] = {}
 
     def scrape() -> None:
         time.sleep(delay)
+        request = urllib.request.Request(url, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:
                 got["text"] = response.read().decode()
         except OSError as exc:
             got["error"] = exc
@@ -92,29 +94,43 @@ def _scrape_later(url: str, delay: float) -> dict[str, object]:
 def test_an_ended_study_keeps_its_endpoint_up_until_a_scrape_reads_the_end(tmp_path):
     from hpsearch.metrics import StudyMetrics
 
-    def endpoint() -> StudyMetrics:
+    def endpoint(*ago: float) -> StudyMetrics:
+        """An endpoint scraped ``ago`` seconds before now (white-box: the times it saw)."""
         metrics = StudyMetrics("m", MetricsSpec(port=0), study_dir=tmp_path, client=None)  # type: ignore[arg-type]
         metrics.start()
-        for _ in range(2):  # Prometheus has scraped it before
-            urllib.request.urlopen(metrics.url, timeout=10).read()
-        metrics._interval = 20.0  # as if every 20 s: a wait of at most 30 s
+        now = time.monotonic()
+        metrics._scrape_times.extend(now - a for a in ago)
         return metrics
 
-    # The study ran to its end: close() waits for the next scrape, which reads the end.
-    metrics = endpoint()
-    metrics.stop_polling(ended=True)
-    got = _scrape_later(metrics.url, 0.3)
-    metrics.close()
-    got["thread"].join()  # type: ignore[attr-defined]
-    assert "hpsearch_workers" in str(got.get("text")), got
-    assert not (tmp_path / "metrics.json").exists()
+    def closed_before_a_scrape(metrics: StudyMetrics) -> bool:
+        got = _scrape_later(metrics.url, 0.3)
+        metrics.close()
+        got["thread"].join()  # type: ignore[attr-defined]
+        if "text" in got:
+            assert "hpsearch_workers" in str(got["text"])
+        assert not (tmp_path / "metrics.json").exists()
+        return isinstance(got.get("error"), OSError)
 
-    # Interrupted (or failed): nothing to wait for, the endpoint goes at once.
+    # Scraped every 20 s, as Prometheus does, and the study ran to its end: close() waits
+    # (at most 30 s) for the next scrape, which reads the end.
+    metrics = endpoint(40, 20, 0)
+    assert metrics.scrape_interval() == pytest.approx(20, abs=0.5)
+    metrics.stop_polling(ended=True)
+    assert not closed_before_a_scrape(metrics)
+    # Interrupted (or failed): the endpoint goes at once.
+    assert closed_before_a_scrape(endpoint(40, 20, 0))
+    # No longer scraped (not for 60 s, every 15 s before): nothing to wait for.
+    metrics = endpoint(90, 75, 60)
+    assert metrics.scrape_interval() is None
+    metrics.stop_polling(ended=True)
+    assert closed_before_a_scrape(metrics)
+    # Read by a person (hpsearch status, a browser), not by Prometheus: not a scrape.
     metrics = endpoint()
-    got = _scrape_later(metrics.url, 0.3)
-    metrics.close()
-    got["thread"].join()  # type: ignore[attr-defined]
-    assert isinstance(got.get("error"), OSError), got
+    for _ in range(3):
+        urllib.request.urlopen(metrics.url, timeout=10).read()
+    assert metrics.scrape_interval() is None
+    metrics.stop_polling(ended=True)
+    assert closed_before_a_scrape(metrics)
 
 
 @pytest.mark.slow
