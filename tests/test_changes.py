@@ -226,6 +226,14 @@ def test_a_warm_run_ends_saying_how_its_transferred_configurations_ranked(run_di
             else ""
         )
     ]
+    # hpsearch status says it again, later.
+    from rich.console import Console
+
+    from hpsearch.cli._views import _status_view
+
+    console = Console(width=400, record=True)
+    console.print(_status_view(Study.load(run_dir / "new")))
+    assert result.notes[0] in console.export_text()
     # A cold run has nothing to say.
     assert Study(_sim("cold", n_trials=4), run_dir=run_dir).run(progress=False).notes == []
 

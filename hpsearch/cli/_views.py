@@ -117,6 +117,7 @@ def _status_view(study: Any) -> Any:
     from rich.table import Table
 
     from hpsearch._endpoint import read_endpoint
+    from hpsearch.warm_start import outcome
 
     live = read_endpoint(study.layout.study_dir, study.spec.name)
     frame = study.trials_dataframe()
@@ -144,6 +145,9 @@ def _status_view(study: Any) -> Any:
         front = [f"#{t.number}" for t in study.pareto_front()]
         head = head.removesuffix("best -") + f"Pareto front {len(front)} ({', '.join(front)})"
     lines: list[Any] = [head]
+    warm = outcome(study.optuna_study())
+    if warm:
+        lines.append(warm)
     if live is not None:
         sets, backlog = live["sets"], live["backlog"]
         lines.append(
