@@ -314,6 +314,9 @@ class Study:
         return self._run(on_progress=on_progress)
 
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
+        from hpsearch.warm_start import check_sources
+
+        check_sources(self.spec, self.layout.run_dir)  # before anything is started or written
         if self.spec.cluster.backend == "simulated":
             from hpsearch.simulation import run_study
 

@@ -87,6 +87,21 @@ def open_source(source: str, spec: StudySpec, run_dir: Path) -> tuple[optuna.Stu
     return study, source
 
 
+def check_sources(spec: StudySpec, run_dir: Path) -> list[str]:
+    """Open each warm-start source and check that it can inform this study, before anything
+    is started or written (:class:`~hpsearch.exceptions.SpecError` in one line if not); a line
+    for each: what it holds."""
+    from optuna.trial import TrialState
+
+    lines = []
+    for start in spec.search.warm_start:
+        source, label = open_source(start.from_, spec, run_dir)
+        _same_goal(spec, source, label)
+        n = len(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        lines.append(f"search.warm_start: from {label} ({n} completed trials)")
+    return lines
+
+
 def _same_goal(spec: StudySpec, source: optuna.Study, label: str) -> None:
     """The source optimizes the same metric in the same direction, or one line says not."""
     text = source.user_attrs.get(SPEC_ATTR)

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from hpsearch import Study
 from hpsearch.carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR
+from hpsearch.spec import StudySpec
 from hpsearch.spec._changes import compare
 from hpsearch.storage import open_storage
 from hpsearch.testing import user_spec
@@ -253,6 +254,26 @@ def test_transferred_configurations_all_in_the_worse_half_are_called_out():
     failed.set_user_attr(TRANSFERRED, "old#2")
     study.tell(failed, state=TrialState.FAIL)
     assert "of the 5 completed trials here (1 did not complete)" in outcome(study)
+
+
+def test_a_warm_start_from_a_study_that_never_ran_writes_nothing(run_dir):
+    from hpsearch.exceptions import SpecError
+    from hpsearch.warm_start import check_sources
+
+    with pytest.raises(SpecError) as info:
+        Study(_sim("lost", warm_start="nosuch"), run_dir=run_dir).run(progress=False)
+    assert info.value.problems == [
+        f"<study>: search.warm_start: no study 'nosuch' (no {run_dir / 'nosuch' / 'study.yaml'}: "
+        "has it run?)"
+    ]
+    assert not (run_dir / "lost").exists()
+    # Once it has run, hpsearch validate says what it holds.
+    Study(_sim("nosuch", n_trials=3), run_dir=run_dir).run(progress=False)
+    spec = StudySpec.from_dict(_sim("lost", warm_start="nosuch"))
+    n = sum(t.state == TrialState.COMPLETE for t in _study(run_dir, "nosuch").trials)
+    assert check_sources(spec, run_dir) == [
+        f"search.warm_start: from nosuch ({n} completed trials)"
+    ]
 
 
 def test_a_warm_start_across_directions_is_refused(run_dir):

@@ -602,6 +602,12 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
         "<study>: cluster.zzz: unknown key (allowed: address, n_workers, gpus, slots, "
         "backend, simulated, slurm, kubernetes, adapt, storage_access, tls, metrics)"
     )
+    # Keys as the file spells them (``from``, a Python keyword, is ``from_`` in the model).
+    line = one_problem(minimal(search={"warm_start": {"from": "old", "topk": 3}}))
+    assert line == (
+        "<study>: search.warm_start.0.topk: unknown key; did you mean 'top_k'? "
+        "(allowed: from, top_k, history)"
+    )
 
 
 def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:

@@ -70,10 +70,12 @@ def validate(
     """Check a study file; print a one-line summary of what it would run, and what changed
     since the study last ran."""
     from hpsearch.exceptions import HpsearchError
+    from hpsearch.warm_start import check_sources
 
     try:
         spec = _load(file, {})
         found = _changes(spec, run_dir)
+        sources = check_sources(spec, run_dir)
     except HpsearchError as exc:
         raise _user_error(exc) from None
     from hpsearch.data import describe_dataset
@@ -88,6 +90,8 @@ def validate(
     )
     for change in found:
         typer.echo(change.line(str(file), spec.name))
+    for line in sources:
+        typer.echo(line)
 
 
 def _changes(spec: Any, run_dir: Path) -> list[Any]:
@@ -162,6 +166,7 @@ def run(
 
     from hpsearch.progress import RichProgress
     from hpsearch.study import Study
+    from hpsearch.warm_start import check_sources
 
     console = _console()
     _quiet_logs()
@@ -175,6 +180,7 @@ def run(
         if not simulated:
             check_reachable(study.mlflow_uri)  # before anything is printed or created
         found = _changes(spec, run_dir)  # a breaking change: nothing is written
+        check_sources(spec, run_dir)  # nor for a warm start that cannot be
     except HpsearchError as exc:
         raise _user_error(exc) from None
     for change in found:

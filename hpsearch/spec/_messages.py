@@ -259,7 +259,8 @@ def _join(field: str, loc: Sequence[int | str]) -> str:
 
 
 def _fields(model: type[BaseModel]) -> list[str]:
-    return [name for name in model.model_fields if name != "source"]
+    """The keys a section takes, as written in the file (``from``, not ``from_``)."""
+    return [f.alias or name for name, f in model.model_fields.items() if name != "source"]
 
 
 def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel]:
