@@ -243,14 +243,22 @@ def outcome(study: optuna.Study) -> str | None:
     )
     rank = {t.number: i + 1 for i, t in enumerate(complete)}
     ranks = sorted(rank[t.number] for t in moved if t.number in rank)
-    if not ranks:
-        return f"warm start: none of the {len(moved)} configurations from earlier studies completed"
-    line = (
-        f"warm start: the {len(moved)} configurations from earlier studies ranked "
-        f"{_listed(ranks)} of the {len(complete)} completed trials here"
+    others = sum(t.state.is_finished() and t.number not in rank for t in moved)
+    running = len(moved) - len(ranks) - others
+    if not ranks and not others:
+        return None  # none has ended yet
+    what = f"{len(moved)} configuration{'s' if len(moved) > 1 else ''} from earlier studies"
+    aside = ", ".join(
+        text
+        for n, text in ((others, f"{others} pruned or failed"), (running, f"{running} running"))
+        if n
     )
-    if len(ranks) < len(moved):
-        line += f" ({len(moved) - len(ranks)} did not complete)"
+    if not ranks:
+        return f"warm start: none of the {what} completed ({aside})"
+    line = (
+        f"warm start: the {what} ranked {_listed(ranks)} of the {len(complete)} completed "
+        f"trials here" + (f" ({aside})" if aside else "")
+    )
     if len(complete) >= 4 and ranks[0] > len(complete) / 2:
         line += ": all in the worse half, the earlier studies' best is not this study's"
     return line

@@ -253,7 +253,15 @@ def test_transferred_configurations_all_in_the_worse_half_are_called_out():
     failed = study.ask({"x": optuna.distributions.FloatDistribution(0, 9)})
     failed.set_user_attr(TRANSFERRED, "old#2")
     study.tell(failed, state=TrialState.FAIL)
-    assert "of the 5 completed trials here (1 did not complete)" in outcome(study)
+    assert "of the 5 completed trials here (1 pruned or failed)" in str(outcome(study))
+    running = study.ask({"x": optuna.distributions.FloatDistribution(0, 9)})
+    running.set_user_attr(TRANSFERRED, "old#3")
+    assert "(1 pruned or failed, 1 running)" in str(outcome(study))
+    # While none of them has ended, there is nothing to say.
+    fresh = optuna.create_study()
+    fresh.enqueue_trial({"x": 1.0}, user_attrs={TRANSFERRED: "old#1"})
+    fresh.ask({"x": optuna.distributions.FloatDistribution(0, 9)})
+    assert outcome(fresh) is None
 
 
 def test_a_warm_start_from_a_study_that_never_ran_writes_nothing(run_dir):
