@@ -103,7 +103,7 @@ def test_an_ended_study_keeps_its_endpoint_up_until_a_scrape_reads_the_end(tmp_p
         return metrics
 
     def closed_before_a_scrape(metrics: StudyMetrics) -> bool:
-        got = _scrape_later(metrics.url, 0.3)
+        got = _scrape_later(metrics.url, 1.0)  # close() is called at once: long before
         metrics.close()
         got["thread"].join()  # type: ignore[attr-defined]
         if "text" in got:
