@@ -28,6 +28,7 @@ __all__ = [
     "MissingExtra",
     "RankFailed",
     "SpecError",
+    "StorageError",
     "TrackingError",
     "TrialDiverged",
     "TrialError",
@@ -160,6 +161,12 @@ class GpuAllocationError(ClusterError):
     ``cluster.gpus`` names a device that does not exist, or a GPU set is already taken.
     Carries ``needed`` and ``found`` like :class:`ClusterError`.
     """
+
+
+class StorageError(HpsearchError):
+    """Raised when an Optuna storage cannot be opened: the database does not answer, its file
+    cannot be created, or its driver is not installed. The message names the URL (password
+    hidden) and the reason, in one line."""
 
 
 class TrackingError(HpsearchError):

@@ -63,7 +63,8 @@ def open_storage(url: str) -> BaseStorage:
 
     ``journal://PATH`` (or a bare path ending in ``.journal``) is Optuna's journal file;
     anything else is handed to :func:`optuna.storages.get_storage` (RDB URLs such as
-    ``sqlite:///x.db`` or ``postgresql+psycopg://...``).
+    ``sqlite:///x.db`` or ``postgresql+psycopg://...``). One that cannot be opened raises
+    :class:`~hpsearch.exceptions.StorageError`, one line.
     """
     import optuna
 
@@ -71,7 +72,14 @@ def open_storage(url: str) -> BaseStorage:
         path = Path(url.removeprefix(JOURNAL_PREFIX))
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(journal_backend(str(path)))
-    return optuna.storages.get_storage(url)
+    try:
+        return optuna.storages.get_storage(url)
+    except Exception as exc:  # SQLAlchemy's errors, or ImportError for a missing driver
+        from hpsearch.exceptions import StorageError
+
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        reason = lines[0] if lines else type(exc).__name__
+        raise StorageError(f"Optuna storage {redact(url)}: cannot open it ({reason})") from None
 
 
 def journal_backend(path: str) -> Any:

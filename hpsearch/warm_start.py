@@ -65,7 +65,12 @@ def open_source(source: str, spec: StudySpec, run_dir: Path) -> tuple[optuna.Stu
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if "://" in source:
-        storage = open_storage(source)
+        from hpsearch.exceptions import StorageError
+
+        try:
+            storage = open_storage(source)
+        except StorageError as exc:
+            raise _error(spec, str(exc)) from None
         names = [s.study_name for s in storage.get_all_studies()]
         name = names[0] if len(names) == 1 else spec.name
         if name not in names:

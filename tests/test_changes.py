@@ -275,6 +275,15 @@ def test_a_warm_start_from_a_study_that_never_ran_writes_nothing(run_dir):
         "has it run?)"
     ]
     assert not (run_dir / "lost").exists()
+    # A database that cannot be opened: one line too, not the driver's traceback.
+    url = f"sqlite:///{run_dir / 'no-such-folder' / 'x.db'}"
+    with pytest.raises(SpecError) as info:
+        Study(_sim("lost", warm_start=url), run_dir=run_dir).run(progress=False)
+    assert info.value.problems == [
+        f"<study>: search.warm_start: Optuna storage {url}: cannot open it "
+        "(unable to open database file)"
+    ]
+    assert not (run_dir / "lost").exists()
     # Once it has run, hpsearch validate says what it holds.
     Study(_sim("nosuch", n_trials=3), run_dir=run_dir).run(progress=False)
     spec = StudySpec.from_dict(_sim("lost", warm_start="nosuch"))
