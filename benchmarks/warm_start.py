@@ -3,7 +3,7 @@ cold, on LCBench in simulated time.
 
     python benchmarks/warm_start.py [--seeds 20] [--trials 50] [--workers 4]
         [--pairs 3945:7593,34539:126025,126026:126029,167104:167149,189865:189866]
-        [--narrowed 3945] [--rerun 3945,7593,126025,126029,167149,189866]
+        [--narrowed 3945] [--rerun 3945,7593,126025,126029,167149,189866] [--no-history]
 
 For each pair SOURCE:TARGET and each seed, three simulated studies of ``--trials`` TPE trials
 (52 epochs, no pruning) on ``--workers`` workers: the source on its instance; the target
@@ -102,7 +102,7 @@ def one(case: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
                 "warm",
                 target,
                 **common,
-                warm_start={"from": "source", "top_k": args.top_k, "history": True},
+                warm_start={"from": "source", "top_k": args.top_k, "history": args.history},
             ),
         )
         if narrowed:
@@ -139,6 +139,12 @@ def main() -> None:
     parser.add_argument("--narrowed", default="3945")
     parser.add_argument("--rerun", default="3945,7593,126025,126029,167149,189866")
     parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument(
+        "--no-history",
+        dest="history",
+        action="store_false",
+        help="top_k alone: what a plain Optuna script does by hand (enqueue_trial of the best)",
+    )
     args = parser.parse_args()
     import logging
 
