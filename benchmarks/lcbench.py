@@ -17,9 +17,9 @@ built against numpy 1), so ``check`` runs in a separate environment::
     python3.11 -m venv /tmp/yahpo && /tmp/yahpo/bin/pip install yahpo-gym==1.0.2
     PYTHONPATH=. /tmp/yahpo/bin/python benchmarks/lcbench.py check
 
-``reference-best`` writes ``hpsearch/simulation/data/lcbench/reference_best.json``: each
+``reference-best`` writes ``hpsearch/data/surrogates/lcbench/reference_best.json``: each
 metric's best value at epoch 52 on each instance, over ``--n`` random configurations and the
-default (``hpsearch.simulation._lcbench._reference_best``).
+default (``hpsearch.data.surrogates._lcbench._reference_best``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from hpsearch.simulation import _lcbench
-from hpsearch.simulation._lcbench import DATA, OUTPUTS, PARAMS, LCBench
+from hpsearch.data.surrogates import _lcbench
+from hpsearch.data.surrogates._lcbench import DATA, OUTPUTS, PARAMS, LCBench
 
 
 def _configs(n: int, seed: int) -> list[dict[str, Any]]:
@@ -126,7 +126,7 @@ def reference_best(n: int, seed: int) -> None:
         "about": (
             "each metric's best value at epoch 52 on each instance over n random "
             "configurations (seed) and the default: "
-            "hpsearch.simulation._lcbench._reference_best(instance, n, seed)"
+            "hpsearch.data.surrogates._lcbench._reference_best(instance, n, seed)"
         ),
         "epoch": bench.max_epochs,
         "n": n,

@@ -186,7 +186,7 @@ def _waiting(dask_scheduler: Any) -> list[str]:
 
 
 def sample(client: Any, arbiter: bool, t0: float) -> Sample:
-    from hpsearch.pool._lease import pool_status
+    from hpsearch.cluster.pool._lease import pool_status
 
     running: dict[str, list[int]] = {name: [] for name in STUDIES}
     queued = dict.fromkeys(STUDIES, 0)

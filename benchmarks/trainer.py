@@ -107,10 +107,10 @@ class _Bench:
     ) -> None:
         import multiprocessing as mp
 
-        from hpsearch.layout import RunLayout
         from hpsearch.spec import StudySpec
         from hpsearch.storage import ProxyAddress, open_storage
         from hpsearch.tracking import StudyTracker
+        from hpsearch.trial._layout import RunLayout
 
         self.spec = StudySpec.from_dict(
             {
@@ -166,9 +166,9 @@ class _Bench:
         self._server.join(10)
 
     def trial(self) -> float:
-        from hpsearch.space import to_distributions
-        from hpsearch.training._runner import run_trial
+        from hpsearch.search._space import to_distributions
         from hpsearch.trial import TrialTask
+        from hpsearch.worker._runner import run_trial
 
         trial = self.study.ask(to_distributions(self.spec.space))
         task = TrialTask(

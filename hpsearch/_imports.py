@@ -10,14 +10,14 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hpsearch.exceptions import SpecError
 
-__all__ = ["load_user_objective"]
+__all__ = ["lazy_attributes", "load_user_objective"]
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -82,3 +82,29 @@ def load_user_objective(ref: str, search_paths: Sequence[str | Path]) -> Callabl
     if not callable(target):
         raise SpecError(f"objective.model: {ref!r} is not callable")
     return target
+
+
+def lazy_attributes(package: str, modules: Mapping[str, Sequence[str]]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) that imports each name it offers from the private
+    module defining it, on first use.
+
+    A room of hpsearch lists what others may use in its ``__init__`` (``__all__``, with the
+    same imports under ``TYPE_CHECKING`` for type checkers) and takes them from its private
+    modules only when asked: ``import hpsearch`` and ``hpsearch --help`` import no torch,
+    distributed or MLflow, although the rooms they reach offer names that need them.
+
+    Args:
+        package: the package's ``__name__``.
+        modules: each private module (relative, ``"._runner"``) and the names it offers.
+    """
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

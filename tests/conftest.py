@@ -124,11 +124,11 @@ def local_trials(tmp_path, spec, *, sampler=None):
     returns the study and ``send(trial, proxy=None, **task_fields) -> TrialOutcome``."""
     import optuna
 
-    from hpsearch._optuna import trial_id_of
+    from hpsearch.search._optuna import trial_id_of
     from hpsearch.storage import JOURNAL_PREFIX, ProxyAddress, open_storage
     from hpsearch.tracking import StudyTracker
-    from hpsearch.training._runner import run_trial
     from hpsearch.trial import TrialTask
+    from hpsearch.worker._runner import run_trial
 
     url = f"{JOURNAL_PREFIX}{tmp_path / 'optuna.journal'}"
     study = optuna.create_study(

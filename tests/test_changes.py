@@ -14,7 +14,7 @@ import yaml
 from optuna.trial import TrialState
 
 from hpsearch import Study
-from hpsearch.carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR
+from hpsearch.search._carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR
 from hpsearch.spec import StudySpec
 from hpsearch.spec._changes import compare
 from hpsearch.storage import open_storage
@@ -53,8 +53,8 @@ def test_a_carried_range_change_keeps_the_trials_and_samples_from_the_valid_ones
     assert f"the sampler learns from {valid} of the 6 earlier completed trials" in caplog.text
     assert json.loads(study.user_attrs[SPEC_ATTR])["space"]["x"]["high"] == 0.5
     # The sampler's view: the valid earlier trials, with the new distribution.
-    from hpsearch.carry import Carry
-    from hpsearch.space import to_distributions
+    from hpsearch.search._carry import Carry
+    from hpsearch.search._space import to_distributions
 
     carry = Carry(to_distributions(edited.spec.space))
     seen = carry.visible(trials, None)
@@ -240,7 +240,7 @@ def test_a_warm_run_ends_saying_how_its_transferred_configurations_ranked(run_di
 
 
 def test_transferred_configurations_all_in_the_worse_half_are_called_out():
-    from hpsearch.warm_start import outcome
+    from hpsearch.search._warm_start import outcome
 
     study = optuna.create_study(direction="minimize")
     for value, moved in [(5.0, True), (1.0, False), (2.0, False), (4.0, True), (3.0, False)]:
@@ -266,7 +266,7 @@ def test_transferred_configurations_all_in_the_worse_half_are_called_out():
 
 def test_a_warm_start_from_a_study_that_never_ran_writes_nothing(run_dir):
     from hpsearch.exceptions import SpecError
-    from hpsearch.warm_start import check_sources
+    from hpsearch.search._warm_start import check_sources
 
     with pytest.raises(SpecError) as info:
         Study(_sim("lost", warm_start="nosuch"), run_dir=run_dir).run(progress=False)

@@ -283,7 +283,7 @@ def test_other_families_as_two_rank_trials(run_dir, two_slot_client, model, data
 
 _WORKER_WITH_A_RANK = """
 import sys, time
-from hpsearch.training._ranks import rank_pool
+from hpsearch.worker._ranks import rank_pool
 (proc,) = rank_pool()._get("cpu", [0], 1)  # a warm rank process, as a trial leaves
 print(proc.popen.pid, flush=True)
 time.sleep(120)
@@ -354,7 +354,7 @@ def test_the_rank_processes_of_a_set_start_together(monkeypatch):
     """All of a set's missing rank processes are started before the pool waits for the first
     one (each imports torch first, rank 0 MLflow too); a warm one is kept; one that fails to start
     takes the others started with it down."""
-    from hpsearch.training import _ranks
+    from hpsearch.worker import _ranks
 
     pool = _ranks.RankPool()
     calls: list[tuple[str, object]] = []

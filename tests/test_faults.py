@@ -74,7 +74,7 @@ def _trial_in_epoch(run_dir: Path, name: str, at_least: int):
     """A running trial that has reported ``at_least`` epochs and whose checkpoint of that
     epoch has landed (checkpoints are written in the background, after the report: a kill
     before the write lands resumes from the epoch before, as documented)."""
-    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial._checkpoint import CheckpointStore
 
     study = _journal_study(run_dir, name)
     if study is None:
@@ -292,7 +292,7 @@ def test_a_hanging_trial_ends_at_its_timeout_and_frees_its_slot(run_dir, dask_cl
 
 
 def test_a_truncated_checkpoint_is_ignored(tmp_path):
-    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial._checkpoint import CheckpointStore
 
     store = CheckpointStore(tmp_path, 7)
     store.save({"epoch": 1, "w": list(range(100))}, background=False)
@@ -315,7 +315,7 @@ def test_a_write_cut_at_any_step_leaves_a_good_checkpoint(tmp_path, landed):
 
     import torch
 
-    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial._checkpoint import CheckpointStore
 
     store = CheckpointStore(tmp_path, 3)
     store.save({"epoch": 1}, background=False)
@@ -370,13 +370,13 @@ def _local_context(spec, tmp_path, **kwargs):
 def test_a_checkpoint_is_written_only_once_its_epoch_is_reported(tmp_path, monkeypatch):
     """Reports reach the study from a background thread; a checkpoint must not get ahead of
     them, or a kill between the two would resume after an epoch the study never got."""
-    from hpsearch._optuna import storage_of, trial_id_of
+    from hpsearch.search._optuna import storage_of, trial_id_of
     from hpsearch.spec import StudySpec
     from hpsearch.testing import cnn_spec
     from hpsearch.tracking import StudyTracker, TrialRun
-    from hpsearch.training._checkpoint import CheckpointStore
     from hpsearch.training._objective import builtin_objective
-    from hpsearch.training._tracked_trial import TrackedTrial
+    from hpsearch.trial._checkpoint import CheckpointStore
+    from hpsearch.trial._tracked import TrackedTrial
 
     raw = cnn_spec("ckpt-order", n_trials=1, epochs=3)
     raw["objective"]["checkpoint_interval"] = 0  # every epoch
@@ -420,7 +420,7 @@ def test_a_user_objectives_checkpoint_waits_for_its_reports(tmp_path, monkeypatc
     built-in epochs, until the study holds the trial's reports before it writes."""
     from hpsearch.spec import StudySpec
     from hpsearch.testing import user_spec
-    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial._checkpoint import CheckpointStore
 
     order: list[str] = []
     save = CheckpointStore.save

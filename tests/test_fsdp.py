@@ -111,7 +111,7 @@ def test_fsdp_matches_ddp_halves_parameter_bytes_and_fits_a_memory_cap(run_dir, 
 
 
 def test_pruning_stops_every_fsdp_rank_at_the_same_step(run_dir, two_slot_client):
-    from hpsearch.training._ranks import rank_pool
+    from hpsearch.worker._ranks import rank_pool
 
     def pids():
         (value,) = two_slot_client.run(lambda: sorted(rank_pool().pids())).values()

@@ -3,7 +3,7 @@ matrix, in this process.
 
 Each case runs a small study's trials as a worker runs them (``run_trial``, the study on a
 journal file, MLflow in SQLite) and interrupts trial 0 once, at a named fault point
-(:mod:`hpsearch._faults`), by one kind of interruption:
+(:mod:`hpsearch.trial._faults`), by one kind of interruption:
 
 - ``ctrl_c``: the run asks its trials to stop (what the coordinator's first Ctrl-C does);
 - ``worker_kill``: the trial's process dies there (an exception no one catches stands for
@@ -30,12 +30,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpsearch import _faults
-from hpsearch._optuna import storage_of, trial_id_of
-from hpsearch.interruption import clear_stop, mark_interrupted, request_stop
-from hpsearch.space import to_distributions
+from hpsearch.coordinator._interruption import clear_stop, mark_interrupted, request_stop
+from hpsearch.search._optuna import storage_of, trial_id_of
+from hpsearch.search._space import to_distributions
 from hpsearch.spec import StudySpec
 from hpsearch.testing import cnn_spec, user_spec
+from hpsearch.trial import _faults
 
 from .conftest import mlflow_runs
 
@@ -93,8 +93,8 @@ def _local_trials(tmp_path, spec: StudySpec, uri: str):
     this process as a worker would (see ``conftest.local_trials``)."""
     from hpsearch.storage import JOURNAL_PREFIX, ProxyAddress, open_storage
     from hpsearch.tracking import StudyTracker
-    from hpsearch.training._runner import run_trial
     from hpsearch.trial import TrialTask
+    from hpsearch.worker._runner import run_trial
 
     url = f"{JOURNAL_PREFIX}{tmp_path / 'optuna.journal'}"
     study = optuna.create_study(

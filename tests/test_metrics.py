@@ -138,7 +138,7 @@ def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, 
     """Port 0: the endpoint's address is in metrics.json while the study runs; read back there
     by what ``hpsearch status`` uses, it has the coordinator's counts and the workers' figures;
     the file is gone when the run ends."""
-    from hpsearch._endpoint import read_endpoint
+    from hpsearch.metrics._endpoint import read_endpoint
     from hpsearch.study import Study
 
     spec = user_spec("free-port", "hpsearch.testing.objectives:steady", n_trials=3)
@@ -173,7 +173,7 @@ def test_a_free_port_is_written_to_the_run_folder_and_serves_the_study(run_dir, 
 @pytest.mark.slow
 def test_a_lost_worker_is_counted_with_its_retry(run_dir, dask_client):
     """A worker SIGKILLed mid-trial: the endpoint counts one lost worker and one retry."""
-    from hpsearch._endpoint import read_endpoint
+    from hpsearch.metrics._endpoint import read_endpoint
     from hpsearch.study import Study
 
     spec = user_spec("lost-worker", "hpsearch.testing.objectives:steady", n_trials=3)

@@ -16,7 +16,7 @@ from hpsearch.cluster._gpus import GpuInfo, _visible_filter
 from hpsearch.cluster._local_backend import local_gpus
 from hpsearch.cluster._mig import check_mig_sets, gpu_devices
 from hpsearch.exceptions import GpuAllocationError
-from hpsearch.metrics import _gpu_use
+from hpsearch.metrics._study import _gpu_use
 from hpsearch.spec import StudySpec
 
 MIB = 1024 * 1024

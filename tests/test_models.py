@@ -133,7 +133,7 @@ def test_every_family_trains_with_two_gloo_ranks(tmp_path):
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_resumed_trainer_continues_exactly(case, tmp_path):
     """Checkpoint after epoch 2, restore into a fresh model: epoch 3 is as without the break."""
-    from hpsearch.training._checkpoint import CheckpointStore
+    from hpsearch.trial._checkpoint import CheckpointStore
 
     straight = train_briefly(case, epochs=3)
     first = train_briefly(case, epochs=2)

@@ -138,7 +138,7 @@ def test_a_closing_worker_keeps_its_heartbeat_traceback_to_itself():
 
     from distributed.core import Status
 
-    from hpsearch.preload import _QuietWhileClosing
+    from hpsearch.worker._preload import _QuietWhileClosing
 
     worker = SimpleNamespace(status=Status.running)
     quiet = _QuietWhileClosing(worker)

@@ -1,17 +1,17 @@
-"""hpsearch reads a few private Optuna attributes, all in ``hpsearch._optuna``: each is pinned
-to the Optuna versions it was checked on and checked against Optuna's own behaviour."""
+"""hpsearch reads a few private Optuna attributes, all in ``hpsearch.search._optuna``: each is
+pinned to the Optuna versions it was checked on and checked against Optuna's own behaviour."""
 
 from __future__ import annotations
 
 import optuna
 
-from hpsearch import _optuna
+from hpsearch.search import _optuna
 
 
 def test_optuna_is_a_checked_version() -> None:
     major_minor = ".".join(optuna.__version__.split(".")[:2])
     assert major_minor in _optuna.CHECKED_ON, (
-        f"hpsearch._optuna was checked on Optuna {', '.join(_optuna.CHECKED_ON)}, "
+        f"hpsearch.search._optuna was checked on Optuna {', '.join(_optuna.CHECKED_ON)}, "
         f"not {optuna.__version__}: check each function there, then add the version"
     )
 
@@ -99,7 +99,7 @@ def test_a_relative_sample_given_to_a_trial_is_what_its_suggests_take(tmp_path) 
 def test_samplers_read_the_trials_through_the_view() -> None:
     """TPE reads a study's trials through ``Study._get_trials``: the view hpsearch gives a
     sampler (a changed space, a warm start) must be what it reads."""
-    from hpsearch.carry import Carry, carried_sampler
+    from hpsearch.search._carry import Carry, carried_sampler
 
     space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))

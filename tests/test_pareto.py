@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from hpsearch import Study
 from hpsearch.cli import app
 from hpsearch.exceptions import SpecError
-from hpsearch.pareto import (
+from hpsearch.search.pareto import (
     VALUES_ATTR,
     ParetoPruner,
     constraints_at,
@@ -22,7 +22,7 @@ from hpsearch.pareto import (
     nondominated_fronts,
     rank_at_rung,
 )
-from hpsearch.schedulers import (
+from hpsearch.search.schedulers import (
     PAUSED_AT,
     ParetoAshaScheduler,
     RungPoint,
@@ -305,7 +305,7 @@ def test_pruning_by_fronts_end_to_end(run_dir, dask_client):
 
 def test_objective_values_say_what_a_multi_objective_study_needs():
     from hpsearch.exceptions import TrialDiverged
-    from hpsearch.pareto import constraint_values, objective_values
+    from hpsearch.search.pareto import constraint_values, objective_values
 
     spec = StudySpec.from_dict(_two_objective_spec("v", pruner="pareto"))
     assert objective_values((0.5, 2), spec) == [0.5, 2.0]
@@ -499,7 +499,7 @@ def test_mo_asha_study_ends_clean_with_reasons_and_the_front(run_dir, dask_clien
 
 
 def test_three_objectives_plot_every_pair():
-    from hpsearch.analysis import plot_pareto_front
+    from hpsearch.study._analysis import plot_pareto_front
 
     study = optuna.create_study(directions=["minimize", "minimize", "maximize"])
     for values in [(1, 3, 2), (2, 2, 2), (3, 1, 2), (3, 3, 1), (2, 2, 3)]:

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from hpsearch import Study
 from hpsearch.exceptions import SpecError
-from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL, PbtScheduler, exploit, perturb
+from hpsearch.search.schedulers import FROM_EPOCH, PARENT_TRIAL, PbtScheduler, exploit, perturb
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
 from tests.conftest import mlflow_runs

@@ -87,7 +87,7 @@ def test_the_pool_serves_its_series_beside_dasks(pool) -> None:
     of the 4 slots, as Prometheus would scrape it."""
     from distributed import Client
 
-    from hpsearch.pool._lease import PoolLease
+    from hpsearch.cluster.pool._lease import PoolLease
 
     folder, address = pool
     url = json.loads((folder / "pool.json").read_text())["metrics"]
@@ -126,7 +126,7 @@ def test_a_pool_without_arbiter(tmp_path) -> None:
     """``--no-arbiter``: the same scheduler and workers, no arbiter in the scheduler."""
     from distributed import Client
 
-    from hpsearch.pool._lease import has_arbiter
+    from hpsearch.cluster.pool._lease import has_arbiter
 
     started = _cli(
         "pool",
@@ -203,7 +203,7 @@ def _wait_for(
     ``hpsearch run`` processes ``procs`` has ended before, the failure shows what they said."""
     from distributed import Client
 
-    from hpsearch.pool._lease import pool_status
+    from hpsearch.cluster.pool._lease import pool_status
 
     address = json.loads((folder / "pool.json").read_text())["address"]
     deadline = time.monotonic() + timeout
@@ -289,7 +289,7 @@ def test_a_high_priority_study_preempts_the_lowest_trials_which_resume_losing_no
         # Each study's Prometheus endpoint says where it stands in the pool.
         import urllib.request
 
-        from hpsearch._endpoint import wait_for_endpoint
+        from hpsearch.metrics._endpoint import wait_for_endpoint
 
         url = wait_for_endpoint(run_dir / "urgent", timeout=30)
         assert url is not None

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from hpsearch.pool import PoolState, water_fill
+from hpsearch.cluster.pool import PoolState, water_fill
 
 
 def jain(xs: list[float]) -> float:

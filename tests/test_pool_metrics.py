@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hpsearch.pool import PoolState
-from hpsearch.pool._metrics import SERIES, expose, withdraw
+from hpsearch.cluster.pool import PoolState
+from hpsearch.cluster.pool._metrics import SERIES, expose, withdraw
 
 
 class Source:

@@ -9,9 +9,9 @@ import optuna
 import pytest
 
 from hpsearch.exceptions import SpecError
-from hpsearch.pruning import build_pruner, explain_prune
-from hpsearch.sampling import build_sampler
-from hpsearch.space import suggest
+from hpsearch.search._pruning import build_pruner, explain_prune
+from hpsearch.search._sampling import build_sampler
+from hpsearch.search._space import suggest
 from hpsearch.spec import StudySpec
 
 SPACE = {
@@ -328,7 +328,7 @@ def test_a_parameter_the_study_refuses_fails_the_objective_at_its_suggest(tmp_pa
     """A parameter the worker samples itself is written before its suggest returns: one the
     study refuses (``x`` is a float in the study, suggested as an int) fails the objective
     there, naming the parameter and the study's reason, before it goes on to train."""
-    from hpsearch._optuna import storage_of
+    from hpsearch.search._optuna import storage_of
     from hpsearch.storage import StorageProxy
     from hpsearch.testing import user_spec
     from tests.conftest import local_trials

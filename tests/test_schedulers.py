@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from hpsearch import Study
 from hpsearch.exceptions import SpecError
-from hpsearch.schedulers import PAUSED_AT, AshaScheduler, cutoff, promotable, rung_epochs
+from hpsearch.search.schedulers import PAUSED_AT, AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
 from tests.conftest import local_trials, mlflow_runs

@@ -14,9 +14,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from hpsearch.data.surrogates._benchmarks import Curve, benchmark
 from hpsearch.exceptions import SpecError
 from hpsearch.simulation import TIMELINE, simulate
-from hpsearch.simulation._benchmarks import Curve, benchmark
 from hpsearch.spec import StudySpec
 from hpsearch.storage import open_storage
 

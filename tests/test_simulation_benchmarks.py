@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from pydantic import TypeAdapter
 
-from hpsearch.exceptions import HpsearchError, MissingExtra
-from hpsearch.simulation import BENCHMARKS, Curve, LCBench, Synthetic, _lcbench, benchmark
-from hpsearch.simulation._lcbench import (
+from hpsearch.data.surrogates import _lcbench
+from hpsearch.data.surrogates._lcbench import (
     DATA,
     DIRECTIONS,
     MIN_EPOCH_S,
@@ -23,7 +22,9 @@ from hpsearch.simulation._lcbench import (
     PARAMS,
     _random_configs,
 )
-from hpsearch.space import to_distributions
+from hpsearch.exceptions import HpsearchError, MissingExtra
+from hpsearch.search._space import to_distributions
+from hpsearch.simulation import BENCHMARKS, Curve, LCBench, Synthetic, benchmark
 from hpsearch.spec import ParamSpec
 
 GOLDEN = Path(__file__).with_name("data") / "lcbench_yahpo.json"

@@ -226,7 +226,7 @@ def test_a_job_warned_before_its_end_hands_its_trial_on_losing_no_epoch(tmp_path
     --batch --signal=USR1``): the trial writes its checkpoint at the epoch's end and yields,
     the worker retires, and the trial resumes on a new job: not a lost worker (none are
     allowed here), each epoch trained and reported once."""
-    from hpsearch.preload import JOB_ENDS
+    from hpsearch.worker._preload import JOB_ENDS
 
     watch = _JobWatch("warned")
     held = tmp_path / "held"

@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hpsearch.exceptions import SpecError
-from hpsearch.space import grid_search_space, suggest, to_distributions
+from hpsearch.search._space import grid_search_space, suggest, to_distributions
 from hpsearch.spec import CategoricalParam, FloatParam, IntParam, StudySpec
 
 SPACE: dict[str, Any] = {

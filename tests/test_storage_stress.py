@@ -182,7 +182,7 @@ def test_the_proxy_server_is_built_on_a_checked_optuna():
 def test_a_worker_builds_its_study_from_what_the_coordinator_told_it():
     """A study's id and directions, sent with each trial, are answered by the worker's proxy
     client without a round trip; a name it was not told is asked for as before."""
-    from hpsearch._optuna import study_id_of
+    from hpsearch.search._optuna import study_id_of
     from hpsearch.storage import proxy_client, study_known
 
     storage = optuna.storages.InMemoryStorage()

@@ -93,7 +93,7 @@ def test_study_runs_with_a_tiny_budget(path, run_dir, dask_client):
 
 def _check_multi_objective(study, result, trials, client, children):
     """Every objective and every cost per epoch in each trial's run; the front as Optuna's."""
-    from hpsearch.pareto import step_values
+    from hpsearch.search.pareto import step_values
 
     assert {t.number for t in result.front} == {t.number for t in study.optuna_study().best_trials}
     by_number = {t.number: t for t in trials}

@@ -71,7 +71,7 @@ def test_api_round_trip(finished):
 
 
 def test_trials_table_has_layout_throughput_and_memory_per_rank(finished):
-    from hpsearch.analysis import trials_dataframe
+    from hpsearch.study._analysis import trials_dataframe
 
     study, _, _ = finished
     frame = study.trials_dataframe()

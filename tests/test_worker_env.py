@@ -80,7 +80,7 @@ def test_a_rank_process_gets_its_share_of_threads():
 
 _ENDS = """
 import logging, sys
-from hpsearch._exit import freeze_heap_at_exit
+from hpsearch._process import freeze_heap_at_exit
 freeze_heap_at_exit()
 out = open(sys.argv[1] + "/left-open.txt", "w")  # never closed: flushed as the process ends
 out.write("written")

@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from hpsearch import Study
-from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL
+from hpsearch.search.schedulers import FROM_EPOCH, PARENT_TRIAL
 from hpsearch.testing import user_spec
 from tests import test_fsdp as fsdp_tests
 from tests import test_pbt as pbt_tests

@@ -28,7 +28,7 @@ from hpsearch.cli._pool import pool_app
 from hpsearch.cli._simulate import simulate
 from hpsearch.cli._views import best, report, status, ui
 from hpsearch.cli._worker import worker
-from hpsearch.pareto import describe_goal
+from hpsearch.search.pareto import describe_goal
 
 app = typer.Typer(
     add_completion=False,
@@ -70,7 +70,7 @@ def validate(
     """Check a study file; print a one-line summary of what it would run, and what changed
     since the study last ran."""
     from hpsearch.exceptions import HpsearchError
-    from hpsearch.warm_start import check_sources
+    from hpsearch.search import check_sources
 
     try:
         spec = _load(file, {})
@@ -97,7 +97,7 @@ def validate(
 def _changes(spec: Any, run_dir: Path) -> list[Any]:
     """The changes since the study last ran (carried and free); breaking ones raise. None for
     a simulation: each run replaces its study."""
-    from hpsearch.carry import refuse_breaking
+    from hpsearch.search import refuse_breaking
     from hpsearch.study import Study
 
     if spec.cluster.backend == "simulated":
@@ -150,7 +150,7 @@ def run(
     except HpsearchError as exc:
         raise _user_error(exc) from None
     if dry_run:
-        from hpsearch.cluster._open import backend_for
+        from hpsearch.cluster import backend_for
 
         try:
             typer.echo(backend_for(spec).render())
@@ -164,9 +164,9 @@ def run(
             ) from None
         return
 
-    from hpsearch.progress import RichProgress
+    from hpsearch.coordinator import RichProgress
+    from hpsearch.search import check_sources
     from hpsearch.study import Study
-    from hpsearch.warm_start import check_sources
 
     console = _console()
     _quiet_logs()
@@ -266,7 +266,7 @@ app.add_typer(pool_app, name="pool")
 
 def main() -> None:
     """Entry point of the ``hpsearch`` command."""
-    from hpsearch._exit import freeze_heap_at_exit
+    from hpsearch._process import freeze_heap_at_exit
 
     freeze_heap_at_exit()
     try:

@@ -26,7 +26,7 @@ START_TIMEOUT_S = 120.0
 
 
 def _folder(folder: Path | None) -> Path:
-    from hpsearch.pool._serve import DEFAULT_DIR
+    from hpsearch.cluster.pool import DEFAULT_DIR
 
     return (folder or DEFAULT_DIR).expanduser()
 
@@ -72,10 +72,10 @@ def start(
     folder: Path | None = typer.Option(None, "--dir", help=_DIR_HELP),
 ) -> None:
     """Start the pool in the background and print its address."""
-    from hpsearch._devices import parse_device
-    from hpsearch.cluster._gpus import device_count
+    from hpsearch.cluster import device_count
+    from hpsearch.cluster.pool import POOL_FILE, read_pool
     from hpsearch.exceptions import GpuAllocationError
-    from hpsearch.pool._serve import POOL_FILE, read_pool
+    from hpsearch.spec import parse_device
 
     where = _folder(folder)
     where.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ def start(
     if not lease_ttl > 0:
         raise _fail(f"--lease-ttl: expected seconds > 0, got {lease_ttl}")
     (where / POOL_FILE).unlink(missing_ok=True)
-    command = [sys.executable, "-m", "hpsearch.pool._serve", "--dir", str(where)]
+    command = [sys.executable, "-m", "hpsearch.cluster.pool._serve", "--dir", str(where)]
     command += ["--host", host, "--port", str(port), "--metrics-port", str(metrics_port)]
     command += ["--gpus", devices]
     command += ["--set-size", f"{size:g}", "--ttl", str(lease_ttl)]
@@ -137,7 +137,7 @@ def start(
 def _status(address: str) -> dict[str, Any]:
     from distributed import Client
 
-    from hpsearch.pool._lease import pool_status
+    from hpsearch.cluster.pool import pool_status
 
     with Client(address, timeout=10) as client:
         return pool_status(client)
@@ -152,7 +152,7 @@ def status(
     """The pool's studies: weight, priority, devices held, fair share, waiting, preempted."""
     from rich.table import Table
 
-    from hpsearch.pool._serve import read_pool
+    from hpsearch.cluster.pool import read_pool
 
     if address is None:
         info = read_pool(_folder(folder))
@@ -201,7 +201,7 @@ def status(
 @pool_app.command()
 def stop(folder: Path | None = typer.Option(None, "--dir", help=_DIR_HELP)) -> None:
     """Stop the pool: its workers end (trials in flight stop, and resume on a rerun)."""
-    from hpsearch.pool._serve import read_pool
+    from hpsearch.cluster.pool import read_pool
 
     where = _folder(folder)
     info = read_pool(where)

@@ -38,7 +38,7 @@ def simulate(
     from rich.table import Table
 
     from hpsearch.exceptions import HpsearchError
-    from hpsearch.simulation._grid import method_overrides, plot, run_grid
+    from hpsearch.simulation import method_overrides, plot, run_grid
     from hpsearch.spec import StudySpec
 
     counts = _ints(workers, "--workers")

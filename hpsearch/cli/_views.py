@@ -116,8 +116,8 @@ def _status_view(study: Any) -> Any:
     from rich.console import Group
     from rich.table import Table
 
-    from hpsearch._endpoint import read_endpoint
-    from hpsearch.warm_start import outcome
+    from hpsearch.metrics import read_endpoint
+    from hpsearch.search import outcome
 
     live = read_endpoint(study.layout.study_dir, study.spec.name)
     frame = study.trials_dataframe()

@@ -45,8 +45,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpsearch._devices import DeviceId, is_mig, parse_device
 from hpsearch.exceptions import GpuAllocationError
+from hpsearch.spec import DeviceId, is_mig, parse_device
 
 if TYPE_CHECKING:
     from hpsearch.cluster._gpus import DeviceAllocator

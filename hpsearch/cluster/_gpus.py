@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpsearch._devices import DeviceId
 from hpsearch.exceptions import GpuAllocationError
+from hpsearch.spec import DeviceId
 
 
 @dataclass(frozen=True)
@@ -306,8 +306,8 @@ def device_count(text: str | float, option: str = "--gpus-per-trial") -> float:
     >>> device_count("1/4"), device_count("2"), device_count(0.5)
     (0.25, 2.0, 0.5)
     """
-    from hpsearch._devices import DEVICE_FRACTIONS
-    from hpsearch._devices import device_count as parse
+    from hpsearch.spec import DEVICE_FRACTIONS
+    from hpsearch.spec import device_count as parse
 
     value = parse(text)
     if value is None:

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
-from hpsearch._devices import DeviceId
 from hpsearch.cluster._env import NANNY_CONFIG, cores, worker_env
 from hpsearch.cluster._gpus import GpuPlan, plan_sets
 from hpsearch.cluster._mig import check_mig_sets
 from hpsearch.exceptions import GpuAllocationError
+from hpsearch.spec import DeviceId
 
 #: Dask settings of the local cluster (its scheduler, and its nannies, which hand theirs to
 #: their worker processes):

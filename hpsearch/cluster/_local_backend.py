@@ -12,8 +12,7 @@ from hpsearch.cluster._backend import Backend, trial_sizes
 if TYPE_CHECKING:
     from distributed import Client
 
-    from hpsearch._devices import DeviceId
-    from hpsearch.spec import StudySpec
+    from hpsearch.spec import DeviceId, StudySpec
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from hpsearch._devices import DeviceId, is_mig
 from hpsearch.cluster._gpus import GpuInfo, _from_nvml
 from hpsearch.exceptions import GpuAllocationError
+from hpsearch.spec import DeviceId, is_mig
 
 
 def gpu_devices(

@@ -1,5 +1,5 @@
-"""The worker launcher of a SLURM job or a Kubernetes pod: ``hpsearch worker``, with the
-arguments dask-jobqueue and the Dask Kubernetes operator pass to a worker command.
+"""The worker launcher of a SLURM job or a Kubernetes pod: what ``hpsearch worker`` starts, with
+the arguments dask-jobqueue and the Dask Kubernetes operator pass to a worker command.
 
     python -m hpsearch.cluster.jobqueue_worker [SCHEDULER] --name N [--nthreads K]
         [--memory-limit M] [--death-timeout S] [--nworkers P] [--dashboard ...]
@@ -47,21 +47,25 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from hpsearch.cli import app
+    from hpsearch.cluster._node import node_workers, serve_workers
+    from hpsearch.exceptions import HpsearchError
 
-    cmd = [
-        "worker",
-        args.scheduler,
-        "--gpus",
-        args.gpus,
-        "--gpus-per-trial",
-        f"{args.gpus_per_trial:g}",
-    ]
-    if args.slots:
-        cmd += ["--slots", str(args.slots)]
-    if args.name:
-        cmd += ["--name", args.name]
-    app(cmd)
+    try:
+        specs, plan, devices = node_workers(
+            args.scheduler,
+            gpus=args.gpus,
+            gpus_per_trial=f"{args.gpus_per_trial:g}",
+            slots=args.slots,
+            name=args.name,
+        )
+    except HpsearchError as exc:
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+    what = "GPU" if devices else "CPU slot"
+    described = plan.describe().replace("GPU set", what + " set")
+    print(f"{len(specs)} worker(s) joining {args.scheduler}: {described}", flush=True)
+    serve_workers(args.scheduler, specs)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in t
 as a whole, so running the same study again resumes it: trials an earlier coordinator left
 RUNNING (killed, or interrupted by Ctrl-C: see :mod:`hpsearch.interruption`) are run again
 (from their checkpoints), and only the missing trials are asked for. With a scheduler the
-sampler gives what :meth:`~hpsearch.schedulers.Scheduler.budget` says (pbt: the population;
+sampler gives what :meth:`~hpsearch.search.schedulers.Scheduler.budget` says (pbt: the population;
 its continuations are created by the scheduler, within ``search.n_trials``).
 
 The coordinator is a package of composed parts, each with its own interface:
@@ -27,6 +27,9 @@ share (``hpsearch pool start``) and has trials yield when the pool wants devices
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from hpsearch._imports import lazy_attributes
 from hpsearch.coordinator._flight import InFlight, InFlightView, Ready
 from hpsearch.coordinator._loop import SCALE_POLL_S, Coordinator
 from hpsearch.coordinator._losses import WorkerLosses
@@ -34,6 +37,10 @@ from hpsearch.coordinator._placement import CAPACITY_REFRESH_S, RECENT_DURATIONS
 from hpsearch.coordinator._scheduling import Host, Scheduling
 from hpsearch.coordinator._share import PoolShare
 from hpsearch.coordinator._tally import Tally
+
+if TYPE_CHECKING:
+    from hpsearch.coordinator._interruption import close_interrupted_runs
+    from hpsearch.coordinator._progress import Progress, RichProgress, auto_display
 
 __all__ = [
     "CAPACITY_REFRESH_S",
@@ -45,8 +52,24 @@ __all__ = [
     "InFlightView",
     "Placement",
     "PoolShare",
+    "Progress",
     "Ready",
+    "RichProgress",
     "Scheduling",
     "Tally",
     "WorkerLosses",
+    "auto_display",
+    "close_interrupted_runs",
 ]
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "._interruption": ("close_interrupted_runs",),
+        "._progress": (
+            "Progress",
+            "RichProgress",
+            "auto_display",
+        ),
+    },
+)

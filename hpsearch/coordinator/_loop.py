@@ -6,37 +6,41 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
-from hpsearch._optuna import storage_of, study_id_of, trial_id_of
-from hpsearch.carry import VERSION_ATTR
 from hpsearch.coordinator._clock import WALL_CLOCK, Clock
+from hpsearch.coordinator._figures import coordinator_figures, running_numbers
 from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.coordinator._losses import WorkerLosses
 from hpsearch.coordinator._placement import Placement
+from hpsearch.coordinator._progress import Progress
 from hpsearch.coordinator._scheduling import Scheduling
 from hpsearch.coordinator._share import POOL_POLL_S, PoolShare
 from hpsearch.coordinator._tally import Tally
-from hpsearch.metrics import NO_METRICS, NoMetrics
-from hpsearch.pareto import told_values
-from hpsearch.progress import Progress
-from hpsearch.sampling import relative_sample
-from hpsearch.space import to_distributions
+from hpsearch.metrics import NO_METRICS, NoMetrics, Sample
+from hpsearch.search import (
+    VERSION_ATTR,
+    relative_sample,
+    storage_of,
+    study_id_of,
+    to_distributions,
+    trial_id_of,
+)
+from hpsearch.search.pareto import told_values
 from hpsearch.tracking import tag
-from hpsearch.training._runner import run_trial
 from hpsearch.trial import TrialOutcome, TrialTask
+from hpsearch.worker import run_trial
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from hpsearch.cluster import Capacity
-    from hpsearch.cluster._scaling import JobScaler
+    from hpsearch.cluster import Capacity, JobScaler
+    from hpsearch.cluster.pool import PoolLease
     from hpsearch.metrics import StudyMetrics
-    from hpsearch.pool._lease import PoolLease
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget
@@ -140,6 +144,14 @@ class Coordinator:
 
     # ---------------------------------------------------------------- what the parts call
 
+    def figures(self) -> Iterator[Sample]:
+        """The coordinator's series for the study's metrics endpoint (its scrape's thread)."""
+        return coordinator_figures(self)
+
+    def running_numbers(self) -> set[int]:
+        """The numbers of the trials in flight (the metrics endpoint's thread asks)."""
+        return running_numbers(self)
+
     def count_outcome(self, outcome: TrialOutcome) -> None:
         """Count one ended trial: its duration, the counts, the metrics."""
         if outcome.duration_s:
@@ -228,7 +240,8 @@ class Coordinator:
             relative=self._relative(trial) if self.storage_url is None else None,
         )
 
-    #: What the sampler drew for a trial jointly (see :func:`hpsearch.sampling.relative_sample`).
+    #: What the sampler drew for a trial jointly (see
+    #: :func:`hpsearch.search._sampling.relative_sample`).
     _relative = staticmethod(relative_sample)
 
     def _tell_study(self, number: int, **kwargs: Any) -> None:
@@ -255,7 +268,7 @@ class Coordinator:
         """
         import sys
 
-        from hpsearch._threads import quick_switches
+        from hpsearch._process import quick_switches
 
         switch = quick_switches()  # the scheduler, the client and the proxy share this GIL
         try:
@@ -265,7 +278,7 @@ class Coordinator:
             self.share.close()
 
     def _run(self) -> Progress:
-        from hpsearch.interruption import clear_interrupted, clear_stop
+        from hpsearch.coordinator._interruption import clear_interrupted, clear_stop
 
         clear_stop(self.study_dir)  # an earlier run's Ctrl-C stopped its trials, not these
         spec = self.spec.search
@@ -409,7 +422,7 @@ class Coordinator:
         go: a trial placed on it meanwhile would be lost with it."""
         if not workers:
             return
-        from hpsearch.preload import retire
+        from hpsearch.worker import retire
 
         log.warning("retiring %s: its batch job ends", ", ".join(sorted(workers)))
         try:
@@ -445,7 +458,7 @@ class Coordinator:
         :mod:`hpsearch.interruption`); it is not counted as ended. ``graceful`` (Ctrl-C):
         the trials in flight first stop at their next safe point, their checkpoints written
         (those that end meanwhile are told as they ended)."""
-        from hpsearch.interruption import stop_in_flight
+        from hpsearch.coordinator._interruption import stop_in_flight
 
         waiting = [item.trial_id for item in self.pending]
         self.pending = []
@@ -458,7 +471,7 @@ class Coordinator:
             self._stop(waiting + [info.trial_id for info in self.in_flight.values()])
 
     def _stop(self, waiting: list[int]) -> None:
-        from hpsearch.interruption import mark_interrupted
+        from hpsearch.coordinator._interruption import mark_interrupted
 
         futures = list(self.in_flight)
         self.in_flight.clear()

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.coordinator._flight import InFlight, Ready
-from hpsearch.schedulers import RESUMES
+from hpsearch.search.schedulers import RESUMES
 from hpsearch.tracking import tag
 from hpsearch.trial import TrialOutcome
 
@@ -48,7 +48,7 @@ class WorkerLosses:
     def losses_of(self, info: InFlight) -> int:
         """How many times this trial's worker was lost: counted here, or by its starts
         (where Dask retried the task on other workers before giving up)."""
-        from hpsearch.interruption import interruptions
+        from hpsearch.coordinator._interruption import interruptions
 
         self.losses[info.number] = self.losses.get(info.number, 0) + 1
         try:

@@ -12,8 +12,7 @@ from hpsearch.coordinator._clock import WALL_CLOCK, Clock
 if TYPE_CHECKING:
     from distributed import Client
 
-    from hpsearch.cluster import Capacity
-    from hpsearch.cluster._scaling import JobScaler
+    from hpsearch.cluster import Capacity, JobScaler
     from hpsearch.coordinator._flight import InFlightView, Ready
     from hpsearch.spec import StudySpec
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from optuna.trial import TrialState
 
-from hpsearch._optuna import trial_id_of
 from hpsearch.coordinator._flight import InFlight, Ready
-from hpsearch.schedulers import (
+from hpsearch.search import trial_id_of
+from hpsearch.search.schedulers import (
     PARENT_TRIAL,
     PAUSED_AT,
     RESUMES,
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from distributed import Future
     from optuna.storages import BaseStorage
 
-    from hpsearch.progress import Progress
-    from hpsearch.schedulers import Scheduler
+    from hpsearch.coordinator._progress import Progress
+    from hpsearch.search.schedulers import Scheduler
     from hpsearch.spec import StudySpec
 
 
@@ -214,7 +214,7 @@ class Scheduling:
             return None
         value: Any = reported.get(step)
         if value is None:  # several objectives: the step's values (see hpsearch.pareto)
-            from hpsearch.pareto import step_values
+            from hpsearch.search.pareto import step_values
 
             found = step_values(frozen).get(step)
             value = None if found is None else ", ".join(f"{v:.6g}" for v in found)

@@ -1,7 +1,7 @@
 """The study's share of a pool that several studies use (``hpsearch pool start``): a trial
 starts once the pool grants it a lease, gives it back when it ends or pauses, and when the
 pool wants devices back for a study with a better claim, the trials ranked lowest yield at
-their next safe point (see :mod:`hpsearch.pool._fair` for the rules).
+their next safe point (see :mod:`hpsearch.cluster.pool._fair` for the rules).
 
 A yielded trial is not ended and not counted in the budget: it stays RUNNING in the study,
 with ``hpsearch.preempted`` saying by whom, and runs again, from its checkpoint, first in
@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.study import StudyDirection
 
-from hpsearch._stopfile import request_yield, take_yield
 from hpsearch.coordinator._flight import InFlight, InFlightView, Ready
 from hpsearch.tracking import tag
+from hpsearch.trial import request_yield, take_yield
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-    from hpsearch.pool._lease import PoolLease
+    from hpsearch.cluster.pool import PoolLease
     from hpsearch.spec import StudySpec
 
 log = logging.getLogger("hpsearch.coordinator")
@@ -130,7 +130,7 @@ class PoolShare:
             return self.spec.objective.checkpoint_interval is not None
         if info.size > 1:  # its ranks stop together only at a report: a step would run twice
             return False
-        from hpsearch.training._checkpoint import CheckpointStore
+        from hpsearch.trial import CheckpointStore
 
         store = CheckpointStore(Path(self.study_dir) / "checkpoints", info.number)
         return store.latest.exists() or store.previous.exists()

@@ -1,5 +1,6 @@
-"""The study's counts as the coordinator keeps them (:class:`~hpsearch.progress.Progress`):
-recounted from the storage at the start and the end, updated from each ended trial between."""
+"""The study's counts as the coordinator keeps them
+(:class:`~hpsearch.coordinator._progress.Progress`): recounted from the storage at the start
+and the end, updated from each ended trial between."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from hpsearch.progress import Progress
+from hpsearch.coordinator._progress import Progress
 from hpsearch.trial import TrialOutcome
 
 
@@ -45,7 +46,7 @@ class Tally:
         if len(values) == 1:
             self._note_value(number, values[0])
             return
-        from hpsearch.pareto import note_front
+        from hpsearch.search.pareto import note_front
 
         directions = [d.name.lower() for d in self.study.directions]
         note_front(self.progress.front, number, values, directions)

@@ -6,11 +6,13 @@ Importing this package is cheap; a family's module (and torch) is imported on fi
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hpsearch._imports import lazy_attributes
 
 if TYPE_CHECKING:
     from hpsearch.models._base import ModelFamily
-    from hpsearch.models._transformer import train_language_model as train_language_model
+    from hpsearch.models._layers import GAN
     from hpsearch.models._transformer_nn import TransformerLM as TransformerLM
 
 _FAMILIES = {
@@ -21,20 +23,17 @@ _FAMILIES = {
     "transformer": "hpsearch.models._transformer:TransformerFamily",
 }
 
+__all__ = ["GAN", "ModelFamily", "TransformerLM", "available", "get_family"]
+
 #: Public names imported on first use (they import torch).
-_LAZY = {
-    "TransformerLM": "hpsearch.models._transformer_nn",
-    "train_language_model": "hpsearch.models._transformer",
-}
-
-__all__ = ["TransformerLM", "available", "get_family", "train_language_model"]
-
-
-def __getattr__(name: str) -> Any:
-    """``TransformerLM`` and ``train_language_model``, imported on first use."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "._base": ("ModelFamily",),
+        "._layers": ("GAN",),
+        "._transformer_nn": ("TransformerLM",),
+    },
+)
 
 
 def available() -> tuple[str, ...]:

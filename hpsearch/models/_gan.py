@@ -26,7 +26,7 @@ class GANFamily(ModelFamily):
     """
 
     name = "gan"
-    trainer = "hpsearch.training._gan:GANTrainer"
+    trainer = "hpsearch.training:GANTrainer"
     defaults: ClassVar[Mapping[str, Any]] = {
         "latent_dim": 64,
         "g_hidden": 256,

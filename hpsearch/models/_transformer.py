@@ -3,13 +3,14 @@ pipeline stages.
 
 The family trains it on a text corpus (``python-docs`` or ``{path: corpus.txt}``) with the
 same trainer as the LSTM language model, and reports ``val_perplexity``. The model itself,
-:class:`TransformerLM`, and :func:`train_language_model` are public, so that an objective
-of your own can tune it (or any model that maps token ids ``(B, T)`` to logits
+:class:`TransformerLM`, and :func:`hpsearch.training.train_language_model` are public, so
+that an objective of your own can tune it (or any model that maps token ids ``(B, T)`` to logits
 ``(B, T, V)``)::
 
     # my_objectives.py
     from hpsearch.data import load_dataset
-    from hpsearch.models import TransformerLM, train_language_model
+    from hpsearch.models import TransformerLM
+    from hpsearch.training import train_language_model
 
     def objective(trial):
         data = load_dataset({"name": "python-docs", "max_chars": 100_000}, seed=0)
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hpsearch.models._base import ModelFamily
 
 if TYPE_CHECKING:
-    import optuna
     import torch
 
     from hpsearch.data import DataSplit
@@ -79,53 +79,3 @@ class TransformerFamily(ModelFamily):
         """The model cut into ``n`` pipeline stages (see :meth:`TransformerLM.stages`)."""
         out: list[torch.nn.Module] = model.stages(n)  # type: ignore[operator]
         return out
-
-
-def train_language_model(
-    model: torch.nn.Module,
-    data: DataSplit,
-    trial: optuna.Trial | None = None,
-    *,
-    epochs: int = 3,
-    params: Mapping[str, Any] | None = None,
-    precision: str = "fp32",
-    device: str = "cpu",
-    seed: int = 0,
-) -> float:
-    """Train a next-token language model on a corpus; return its last ``val_perplexity``.
-
-    ``model`` maps token ids ``(B, T)`` to logits ``(B, T, V)`` (a :class:`TransformerLM`,
-    or your own). ``data`` is a language-model split (:func:`hpsearch.data.load_dataset` of
-    ``python-docs`` or ``{"path": "corpus.txt"}``). ``params`` are the trainer's: ``lr``
-    (1e-3), ``optimizer`` (adam), ``weight_decay``, ``batch_size`` (64), ``seq_len`` (64),
-    ``grad_clip`` (1.0). With a ``trial``, each epoch's perplexity is reported at its epoch
-    number and the trial is pruned (:class:`optuna.TrialPruned`) when the pruner says so.
-
-    Example:
-        >>> from hpsearch.data import load_dataset
-        >>> from hpsearch.models import TransformerLM, train_language_model
-        >>> data = load_dataset({"name": "python-docs", "max_chars": 20_000}, seed=0)
-        >>> model = TransformerLM(data.info["vocab_size"], width=32, depth=1, max_len=32)
-        >>> ppl = train_language_model(model, data, epochs=1, params={"lr": 3e-3, "seq_len": 32})
-        >>> 1.0 < ppl < data.info["vocab_size"]
-        True
-    """
-    import optuna
-    import torch
-
-    from hpsearch.training._loop import SupervisedTrainer
-
-    if data.task != "language_model":
-        raise ValueError(f"{data.name!r} is not a text corpus (task {data.task!r})")
-    trainer = SupervisedTrainer(
-        model, dict(params or {}), data, device=torch.device(device), precision=precision, seed=seed
-    )
-    value = float("nan")
-    for epoch in range(1, epochs + 1):
-        trainer.train_epoch(data, epoch)
-        value = trainer.evaluate(data)["val_perplexity"]
-        if trial is not None:
-            trial.report(value, epoch)
-            if trial.should_prune():
-                raise optuna.TrialPruned(f"pruned at step {epoch}")
-    return value

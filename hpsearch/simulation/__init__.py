@@ -26,16 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hpsearch.simulation._benchmarks import BENCHMARKS, Benchmark, Curve, benchmark
-from hpsearch.simulation._lcbench import LCBench
+from hpsearch._imports import lazy_attributes
+from hpsearch.data.surrogates import BENCHMARKS, Benchmark, Curve, LCBench, Synthetic, benchmark
 from hpsearch.simulation._run import SUMMARY, TIMELINE, Simulation, save, simulate
-from hpsearch.simulation._synthetic import Synthetic
 
 if TYPE_CHECKING:
-    from hpsearch._result import StudyResult
-    from hpsearch.progress import Progress
+    from hpsearch.coordinator import Progress
+    from hpsearch.simulation._grid import method_overrides, plot, run_grid
     from hpsearch.spec import StudySpec
-    from hpsearch.study import Study
+    from hpsearch.study import Study, StudyResult
 
 __all__ = [
     "BENCHMARKS",
@@ -48,6 +47,9 @@ __all__ = [
     "Synthetic",
     "benchmark",
     "describe",
+    "method_overrides",
+    "plot",
+    "run_grid",
     "run_study",
     "save",
     "simulate",
@@ -56,7 +58,7 @@ __all__ = [
 
 def describe(spec: StudySpec) -> str:
     """The simulated cluster and benchmark in one line."""
-    from hpsearch.spec._simulated import SimulatedSpec
+    from hpsearch.spec import SimulatedSpec
 
     sim = spec.cluster.simulated or SimulatedSpec()
     dataset = spec.objective.dataset
@@ -74,10 +76,9 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
     """Run a study of ``cluster.backend: simulated`` (what :meth:`Study.run` does for one):
     its Optuna study is written to the study's storage (replacing an earlier simulation of
     it), its timeline and figures to its run folder."""
-    from hpsearch._result import StudyResult
+    from hpsearch.search import best_complete_trial, end_notes
     from hpsearch.storage import redact
-    from hpsearch.trial import best_complete_trial
-    from hpsearch.warm_start import end_notes
+    from hpsearch.study import StudyResult
 
     layout = study.layout
     layout.create()
@@ -104,3 +105,15 @@ def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -
         simulation=figures,
         notes=end_notes(simulation.study),
     )
+
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "._grid": (
+            "method_overrides",
+            "plot",
+            "run_grid",
+        ),
+    },
+)

@@ -136,9 +136,9 @@ def run_grid(
     """Simulate every method at every worker count with seeds 0..seeds-1; each cell's regret
     on ``points`` virtual times up to the study's ``search.timeout`` (virtual seconds: no
     trial starts after it), else up to the slowest run's end at that worker count."""
-    from hpsearch.simulation._benchmarks import benchmark_of
+    from hpsearch.data.surrogates import benchmark_of
     from hpsearch.simulation._run import simulate
-    from hpsearch.spec._simulated import surrogate_instance
+    from hpsearch.spec import surrogate_instance
 
     bench = benchmark_of(spec.objective.model, spec.objective.dataset, spec.source)
     instance, _ = surrogate_instance(bench, spec.objective.dataset)

@@ -1,5 +1,5 @@
 """Several studies sharing one simulated pool: the device pool's own arbitration
-(:class:`hpsearch.pool._fair.PoolState`, the code the Dask scheduler extension runs) on
+(:class:`hpsearch.cluster.pool._fair.PoolState`, the code the Dask scheduler extension runs) on
 virtual time, each study's own coordinator leasing devices from it, trials yielding at their
 next epoch end when the pool wants devices back, as on a real pool.
 
@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import optuna
 
-    from hpsearch.pool._fair import PoolState
+    from hpsearch.cluster.pool import PoolState
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.spec import StudySpec
 
 
 class SimLease:
-    """A study's leases on the simulated pool: what :class:`hpsearch.pool._lease.PoolLease`
+    """A study's leases on the simulated pool: what :class:`hpsearch.cluster.pool._lease.PoolLease`
     does over Dask, on the pool's state directly and the virtual clock."""
 
     def __init__(self, pool: PoolState, cluster: SimCluster, study: str, spec: StudySpec) -> None:
-        from hpsearch.pool._lease import HEARTBEAT_S
+        from hpsearch.cluster.pool import HEARTBEAT_S
 
         self.pool, self.cluster, self.study = pool, cluster, study
         self.heartbeat_s = HEARTBEAT_S
@@ -111,16 +111,15 @@ def simulate_pool(
     ``sample_every`` seconds."""
     import optuna
 
-    from hpsearch.pareto import study_directions
-    from hpsearch.pool._fair import PoolState
-    from hpsearch.pruning import build_pruner
-    from hpsearch.sampling import build_sampler
-    from hpsearch.simulation._benchmarks import benchmark_of
+    from hpsearch.cluster.pool import PoolState
+    from hpsearch.data.surrogates import benchmark_of
+    from hpsearch.search import build_pruner, build_sampler
+    from hpsearch.search.pareto import study_directions
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._kernel import Kernel
     from hpsearch.simulation._run import coordinator_on
     from hpsearch.simulation._trial import TrialRunner
-    from hpsearch.spec._simulated import surrogate_instance
+    from hpsearch.spec import surrogate_instance
 
     started = time.perf_counter()
     arrivals = arrivals or [0.0] * len(specs)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, cast
 import optuna
 
 if TYPE_CHECKING:
-    from hpsearch.progress import Progress
-    from hpsearch.simulation._benchmarks import Benchmark
+    from hpsearch.coordinator import Progress
+    from hpsearch.data.surrogates import Benchmark
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.spec import StudySpec
 
@@ -90,14 +90,13 @@ def simulate(
     continued); ``study_dir`` is the run folder the coordinator keeps its files in;
     ``bench``: the benchmark (default: the one ``objective.model`` names).
     """
-    from hpsearch._study_start import prepare
-    from hpsearch.pareto import study_directions
-    from hpsearch.pruning import build_pruner
-    from hpsearch.sampling import build_sampler
-    from hpsearch.simulation._benchmarks import benchmark_of
+    from hpsearch.data.surrogates import benchmark_of
+    from hpsearch.search import build_pruner, build_sampler
+    from hpsearch.search.pareto import study_directions
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._trial import TrialRunner
-    from hpsearch.spec._simulated import SimulatedSpec, surrogate_instance
+    from hpsearch.spec import SimulatedSpec, surrogate_instance
+    from hpsearch.study import prepare
     from hpsearch.tracking import tag
 
     started = time.perf_counter()

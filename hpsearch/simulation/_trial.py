@@ -1,7 +1,7 @@
 """A trial on the simulated cluster: a benchmark's recorded learning curve, told to the study
 epoch by epoch at the virtual second each epoch ends.
 
-It keeps the runner's contract with the coordinator (:func:`hpsearch.training._runner.
+It keeps the runner's contract with the coordinator (:func:`hpsearch.worker._runner.
 run_trial`), so the coordinator, the pruners and the schedulers cannot tell it from a real
 trial: each start is counted (``hpsearch.attempt``); a step already in the study is never
 reported again; the study's pruner is asked after each report, and a pruned trial's reason
@@ -18,14 +18,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.schedulers import FROM_EPOCH, PARENT_TRIAL
+from hpsearch.search.schedulers import FROM_EPOCH, PARENT_TRIAL
 from hpsearch.tracking import tag
 from hpsearch.trial import TrialOutcome
 
 if TYPE_CHECKING:
     import optuna
 
-    from hpsearch.simulation._benchmarks import Benchmark
+    from hpsearch.data.surrogates import Benchmark
     from hpsearch.simulation._cluster import SimCluster, SimFuture, SimWorker
     from hpsearch.spec import StudySpec
 
@@ -86,7 +86,7 @@ class TrialRunner:
         instance: str,
         startup: float = 0.0,
     ) -> None:
-        from hpsearch._optuna import storage_of
+        from hpsearch.search import storage_of
 
         self.spec = spec
         self.study = study
@@ -183,7 +183,7 @@ class TrialRunner:
     def _yields(self, state: _Running, epoch: int) -> bool:
         """The pool asked this trial to hand its devices back: it stops here, its checkpoint
         written, to run again later from this epoch (PREEMPTED, as a real trial says)."""
-        from hpsearch._stopfile import take_yield
+        from hpsearch.trial import take_yield
 
         reason = take_yield(state.study_dir, state.segment.number)
         if reason is None:
@@ -199,7 +199,7 @@ class TrialRunner:
         return first or now - state.last_checkpoint >= self._interval
 
     def _prune(self, state: _Running, epoch: int, value: float) -> bool:
-        from hpsearch.pruning import explain_prune
+        from hpsearch.search import explain_prune
 
         frozen = self.storage.get_trial(state.trial_id)
         if not self.study.pruner.prune(self.study, frozen):

@@ -25,6 +25,7 @@ sampler or pruner options against its constructors.
 from __future__ import annotations
 
 from hpsearch._imports import load_user_objective
+from hpsearch.spec._changes import Change, compare
 from hpsearch.spec._cluster import (
     AdaptSpec,
     ClusterSpec,
@@ -32,6 +33,13 @@ from hpsearch.spec._cluster import (
     MetricsSpec,
     SlurmSpec,
     TlsSpec,
+)
+from hpsearch.spec._devices import (
+    DEVICE_FRACTIONS,
+    DeviceId,
+    device_count,
+    is_mig,
+    parse_device,
 )
 from hpsearch.spec._messages import parse_bytes, parse_duration
 from hpsearch.spec._overrides import OVERRIDE_ALIASES
@@ -62,19 +70,25 @@ from hpsearch.spec._sections import (
     TrackingSpec,
     default_direction,
 )
+from hpsearch.spec._share import PRIORITIES
+from hpsearch.spec._simulated import SimulatedSpec, surrogate_instance
 from hpsearch.spec._study import StudySpec
 
 __all__ = [
     "BUILTIN_DATASETS",
     "BUILTIN_MODELS",
+    "DEVICE_FRACTIONS",
     "OVERRIDE_ALIASES",
+    "PRIORITIES",
     "PRUNER_CLASSES",
     "SAMPLER_CLASSES",
     "USER_OBJECTIVE_METRIC",
     "AdaptSpec",
     "CategoricalChoice",
     "CategoricalParam",
+    "Change",
     "ClusterSpec",
+    "DeviceId",
     "Direction",
     "FloatParam",
     "IntParam",
@@ -88,13 +102,19 @@ __all__ = [
     "SamplerSpec",
     "Schedule",
     "SearchSpec",
+    "SimulatedSpec",
     "SlurmSpec",
     "Strategy",
     "StudySpec",
     "TlsSpec",
     "TrackingSpec",
+    "compare",
     "default_direction",
+    "device_count",
+    "is_mig",
     "load_user_objective",
     "parse_bytes",
+    "parse_device",
     "parse_duration",
+    "surrogate_instance",
 ]

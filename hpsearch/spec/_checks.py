@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from hpsearch import data as _catalog
 from hpsearch._imports import load_user_objective
-from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._messages import _allowed, _did_you_mean, _Problems, _show
 from hpsearch.spec._params import CategoricalParam, FloatParam
@@ -339,7 +339,7 @@ def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problem
                         )
 
 
-#: Options of the ``pareto`` pruner (see :class:`hpsearch.pareto.ParetoPruner`).
+#: Options of the ``pareto`` pruner (see :class:`hpsearch.search.pareto.ParetoPruner`).
 PARETO_PRUNER_OPTIONS: tuple[str, ...] = (
     "min_resource",
     "reduction_factor",

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
-from hpsearch._devices import DEVICE_FRACTIONS, device_count
+from hpsearch.spec._devices import DEVICE_FRACTIONS, device_count
 
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from hpsearch.data import _catalog
+from hpsearch import data as _catalog
 from hpsearch.spec._messages import (
     _Bytes,
     _choice,

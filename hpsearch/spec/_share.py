@@ -10,8 +10,11 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from hpsearch.exceptions import SpecRenamed
-from hpsearch.pool._fair import PRIORITIES
 from hpsearch.spec._messages import _choice, _expect_int, _Float, _optional, _Problems, _Spec
+
+#: A study's priority in a shared pool, lowest first: a study of a higher priority takes its
+#: fair share first, preempting lower ones (see :mod:`hpsearch.cluster.pool`).
+PRIORITIES = ("low", "normal", "high")
 
 
 class ShareSpec(_Spec):

@@ -102,7 +102,7 @@ def surrogate_instance(bench: Any, dataset: Any) -> tuple[str | None, str | None
 
 
 def _bench(raw_objective: Mapping[str, Any], source: Path | None) -> Any:
-    from hpsearch.simulation._benchmarks import benchmark_of
+    from hpsearch.data.surrogates import benchmark_of
 
     return benchmark_of(str(raw_objective["model"]), raw_objective.get("dataset"), source)
 

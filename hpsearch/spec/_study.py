@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationInfo, model_validator
 
+from hpsearch import data as _catalog
 from hpsearch._imports import load_user_objective
-from hpsearch.data import _catalog
 from hpsearch.exceptions import SpecError
 from hpsearch.spec._checks import (
     _check_dataset_for,

@@ -52,9 +52,9 @@ def rendezvous() -> Iterator[int]:
     ...     port > 0
     True
     """
-    from hpsearch.training._ranks import _rendezvous_store
+    from hpsearch.worker import rendezvous_store
 
-    store = _rendezvous_store()
+    store = rendezvous_store()
     try:
         yield int(store.port)
     finally:
@@ -106,7 +106,7 @@ def train_briefly(
 
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
-    from hpsearch.training._trainers import make_trainer
+    from hpsearch.training import make_trainer
 
     name, dataset, params, n_epochs = CASES[case]
     data = load_dataset(dataset, seed=0)
@@ -174,7 +174,7 @@ def fsdp_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> Non
     import torch
     import torch.distributed as dist
 
-    from hpsearch.training._fsdp import ShardedCheckpointStore, param_bytes
+    from hpsearch.training import ShardedCheckpointStore, param_bytes
 
     torch.set_num_threads(1)
     join_gloo(rank, world_size, port)
@@ -226,7 +226,7 @@ def _pipeline_trainer(rank: int, world_size: int, parallel: dict[str, Any] | Non
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
     from hpsearch.spec import ParallelSpec
-    from hpsearch.training._trainers import make_trainer
+    from hpsearch.training import make_trainer
 
     dataset, params = PIPELINE_CASE
     data = load_dataset(dataset, seed=0)
@@ -319,7 +319,7 @@ def fsdp_case_rank(rank: int, world_size: int, port: int, out_dir: str, case: st
     import torch
     import torch.distributed as dist
 
-    from hpsearch.training._fsdp import param_bytes
+    from hpsearch.training import param_bytes
 
     torch.set_num_threads(1)
     join_gloo(rank, world_size, port)

@@ -278,7 +278,7 @@ def fsdp_rank1_raises(trial: optuna.Trial, ctx: TrialContext) -> float:
     raises at step 2 while rank 0 waits in FSDP's all-gather."""
     import torch
 
-    from hpsearch.training._fsdp import shard
+    from hpsearch.training import shard
 
     x = trial.suggest_float("x", 0.0, 1.0)
     torch.manual_seed(0)
@@ -308,26 +308,25 @@ def pipeline_transformer(trial: optuna.Trial, ctx: TrialContext) -> float:
     import dataclasses
 
     from hpsearch.spec import StudySpec
-    from hpsearch.training import _pipeline
-    from hpsearch.training._objective import builtin_objective
+    from hpsearch.training import PipelineTrainer, builtin_objective
 
     raw = ctx.spec.to_dict()
     raw["objective"].update(model="transformer", metric=None, direction=None)
     spec = StudySpec.from_dict(raw)
     params = spec.objective.params
-    original = _pipeline.PipelineTrainer.train_epoch
+    original = PipelineTrainer.train_epoch
 
-    def train_epoch(self: _pipeline.PipelineTrainer, data: Any, epoch: int) -> dict[str, float]:
+    def train_epoch(self: PipelineTrainer, data: Any, epoch: int) -> dict[str, float]:
         if params.get("fail_rank") == ctx.rank and params.get("fail_step") == epoch:
             raise RuntimeError(f"rank {ctx.rank} (stage {self.stage}) broke on purpose")
         _note(ctx, trial, f"step {epoch}")
         return original(self, data, epoch)
 
-    _pipeline.PipelineTrainer.train_epoch = train_epoch  # type: ignore[method-assign]
+    PipelineTrainer.train_epoch = train_epoch  # type: ignore[method-assign]
     try:
         return builtin_objective(trial, dataclasses.replace(ctx, spec=spec))
     finally:
-        _pipeline.PipelineTrainer.train_epoch = original  # type: ignore[method-assign]
+        PipelineTrainer.train_epoch = original  # type: ignore[method-assign]
 
 
 def rung_checkpointed(trial: optuna.Trial, ctx: TrialContext) -> float:

@@ -69,7 +69,7 @@ PARENT_TRIAL = "hpsearch.parent_trial"
 SPEC_VERSION = "hpsearch.spec_version"
 TRANSFERRED_FROM = "hpsearch.transferred_from"
 #: On the study's run: how the configurations a warm start took ranked among the study's
-#: completed trials (the line the run ends with; hpsearch.warm_start.outcome).
+#: completed trials (the line the run ends with; hpsearch.search._warm_start.outcome).
 WARM_START_OUTCOME = "hpsearch.warm_start_outcome"
 FROM_EPOCH = "hpsearch.from_epoch"
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.models._layers import GAN
+    from hpsearch.models import GAN
     from hpsearch.trial import TrialContext
 
 #: Generated and real samples compared by the MMD each epoch (at most).

@@ -6,7 +6,7 @@ the pruner, checkpoint (every ``objective.checkpoint_interval`` seconds at most)
 that runs again resumes after its last checkpoint and does not report an epoch twice; one
 whose checkpoint is of its last epoch (its end was never told) ends with that epoch's value,
 training nothing. When the run asks its trials to stop (Ctrl-C), a trial stops at the end of
-its epoch, its checkpoint written (:class:`~hpsearch._stopfile.TrialStopped`).
+its epoch, its checkpoint written (:class:`~hpsearch.trial._stop.TrialStopped`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from hpsearch._faults import active as faults_active
-from hpsearch._faults import fault_point
 from hpsearch.exceptions import MetricNotReported, TrialDiverged
 from hpsearch.tracking import tag
+from hpsearch.trial import active as faults_active
+from hpsearch.trial import fault_point
 
 if TYPE_CHECKING:
     from hpsearch.trial import TrialContext
@@ -31,12 +31,12 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
 
     from hpsearch.data import load_dataset
     from hpsearch.models import get_family
-    from hpsearch.space import suggest
+    from hpsearch.search import suggest
     from hpsearch.training._amp import describe_device, resolve_precision
-    from hpsearch.training._checkpoint import CheckpointStore
     from hpsearch.training._fsdp import ShardedCheckpointStore
     from hpsearch.training._memory import MemoryMonitor
     from hpsearch.training._trainers import make_trainer
+    from hpsearch.trial import CheckpointStore
 
     spec = ctx.spec
     torch.set_num_threads(ctx.n_threads)
@@ -131,7 +131,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
         share=spec.trial_devices,
     )
     if first_epoch > spec.objective.epochs:  # its last epoch is done: its end was not told
-        from hpsearch.pareto import apply_constraints
+        from hpsearch.search.pareto import apply_constraints
 
         apply_constraints(trial, spec, _last_metrics(spec, history, value))
         return value
@@ -162,7 +162,7 @@ def _last_metrics(spec: Any, history: dict[int, dict[str, float]], value: Any) -
 
 def _stop_asked(ctx: TrialContext) -> bool:
     """Whether the run asks its trials to stop (rank 0 looks; every rank follows)."""
-    from hpsearch.interruption import stop_requested
+    from hpsearch.trial import stop_requested
 
     asked = stop_requested(ctx.study_dir, ctx.trial_number) if ctx.is_main else None
     return bool(_broadcast(asked, ctx))
@@ -180,8 +180,8 @@ def _epochs(
     monitor,
     n_params: int,
 ) -> Any:  # type: ignore[no-untyped-def]
-    from hpsearch.pareto import CONSTRAINTS_ATTR, apply_constraints, constraint_values
-    from hpsearch.training._tracked_trial import TrialPaused
+    from hpsearch.search.pareto import CONSTRAINTS_ATTR, apply_constraints, constraint_values
+    from hpsearch.trial import TrialPaused
 
     spec = ctx.spec
     metric = spec.metric
@@ -262,7 +262,7 @@ def _epochs(
                 checkpoints.wait()  # a test's fault after the checkpoint: it is on disk
                 fault_point("after_checkpoint", trial.number, epoch, study_dir=_dir(ctx))
         if stop:
-            from hpsearch._stopfile import TrialStopped
+            from hpsearch.trial import TrialStopped
 
             raise TrialStopped(epoch)
     apply_constraints(trial, spec, _last_metrics(spec, history, value))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.models._base import ModelFamily
+    from hpsearch.models import ModelFamily
     from hpsearch.spec import ParallelSpec
 
 
@@ -70,7 +70,9 @@ def make_pipeline_trainer(
             "(objective.parallel.strategy: pipeline needs a model that can: transformer)"
         )
     if stages == 1:
-        trainer: Any = family.trainer_class()
+        from hpsearch.training._trainers import resolve_trainer
+
+        trainer: Any = resolve_trainer(family.trainer)
         return trainer(model, params, data, world_size=world_size, **kwargs)
     if world_size % stages:
         raise ValueError(f"{stages} stages do not divide the trial's {world_size} devices")

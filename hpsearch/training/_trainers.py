@@ -3,6 +3,7 @@ for a pipeline layout (which builds on the family's)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpsearch.data import DataSplit
-    from hpsearch.models._base import ModelFamily
+    from hpsearch.models import ModelFamily
     from hpsearch.training._loop import Trainer
 
 
@@ -32,5 +33,16 @@ def make_trainer(
         return make_pipeline_trainer(family, model, params, data, parallel=parallel, **kwargs)
     if parallel is not None:
         kwargs.setdefault("strategy", parallel.strategy.value)
-    trainer: Any = family.trainer_class()
+    trainer: Any = resolve_trainer(family.trainer)
     return trainer(model, params, data, **kwargs)
+
+
+def resolve_trainer(ref: type[Trainer] | str) -> type[Trainer]:
+    """A trainer class, given as itself or as ``"module:Class"``."""
+    if not isinstance(ref, str):
+        return ref
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"a trainer is a class or 'module:Class', got {ref!r}")
+    cls: type[Trainer] = getattr(importlib.import_module(module), name)
+    return cls

@@ -1,0 +1,166 @@
+"""A study's place in a pool, from its coordinator: join, lease devices before each trial,
+hand them back when it ends or pauses, and a heartbeat that keeps the leases alive and
+brings back how many devices the pool wants the study to yield."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from hpsearch.cluster.pool._extension import PLUGIN_NAME, PoolArbiter
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from hpsearch.spec import StudySpec
+
+log = logging.getLogger("hpsearch.pool")
+
+#: Seconds between two heartbeats (the arbiter drops a study after ``ttl_s`` without one).
+HEARTBEAT_S = 1.0
+
+
+def has_arbiter(client: Client) -> bool:
+    """Whether the scheduler ``client`` talks to runs the pool's arbiter."""
+
+    def check(dask_scheduler: Any) -> bool:
+        return "hpsearch-pool" in dask_scheduler.plugins
+
+    try:
+        return bool(client.run_on_scheduler(check))
+    except Exception:  # a scheduler that cannot run it (another environment): no arbiter
+        return False
+
+
+def join_pool(client: Client, spec: StudySpec) -> PoolLease | None:
+    """The study's lease on the pool its scheduler runs, or ``None`` where there is none. A
+    study given ``cluster.address`` starts the arbiter in a plain Dask scheduler first, so
+    that studies pointed at one scheduler share it fairly rather than race."""
+    if not has_arbiter(client) and not (spec.cluster.address and install_arbiter(client)):
+        return None
+    share = spec.share
+    return PoolLease(
+        client,
+        spec.name,
+        weight=share.weight,
+        priority=share.priority,
+        max_devices=share.max_devices,
+    )
+
+
+def install_arbiter(client: Client) -> bool:
+    """Start the arbiter in the scheduler (once; a second call leaves the running one).
+    ``False`` when the scheduler cannot import hpsearch."""
+    if has_arbiter(client):
+        return True
+    try:
+        client.register_plugin(PoolArbiter(), name=PLUGIN_NAME)
+    except Exception as exc:  # the scheduler's environment lacks hpsearch, say
+        log.warning("the Dask scheduler cannot run the pool's arbiter: %s", exc)
+        return False
+    return True
+
+
+def pool_status(client: Client) -> dict[str, Any]:
+    """The arbiter's view of the pool: its devices, and each study's standing."""
+    state: dict[str, Any] = client.sync(client.scheduler.hpsearch_pool_status)
+    state["studies"] = list(state["studies"])
+    return state
+
+
+class PoolLease:
+    """The leases of one study on a pool (thread-safe)."""
+
+    def __init__(
+        self,
+        client: Client,
+        study: str,
+        *,
+        weight: float = 1.0,
+        priority: str = "normal",
+        max_devices: float | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
+        self.client = client
+        self.study = study
+        self._settings = {"weight": weight, "priority": priority, "max_devices": max_devices}
+        self._held: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._demand = (0.0, 1.0)
+        # Devices the pool has asked back, all told: it only grows (a heartbeat's answer that
+        # crossed a release is never read as a new ask); compare with what was given back.
+        self.asked_total = 0.0
+        self._asked_before = 0.0  # what earlier memberships asked (the pool dropped the study)
+        self.reason = ""  # why, from the latest heartbeat
+        self.share = 0.0
+        self._closed = threading.Event()
+        answer = self._call("join", **self._settings, address=str(client.id))
+        self.resource: str = answer["resource"]
+        self.capacity: float = answer["capacity"]
+        self._thread = threading.Thread(
+            target=self._beat, args=(heartbeat_s,), name="hpsearch-pool-heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def _call(self, op: str, **fields: Any) -> Any:
+        handler = getattr(self.client.scheduler, f"hpsearch_pool_{op}")
+        return self.client.sync(handler, study=self.study, **fields)
+
+    def want(self, demand: float, next_size: float) -> None:
+        """What the study could use now (devices held and waiting), and its next trial's size."""
+        self._demand = (demand, next_size)
+
+    def acquire(self, key: str, size: float) -> bool:
+        """A lease of ``size`` devices for the trial ``key``, if the pool grants it now."""
+        demand, _ = self._demand
+        with self._lock:
+            if key in self._held:
+                return True
+            granted = bool(self._call("acquire", lease=key, size=size, demand=demand))
+            if granted:
+                self._held[key] = size
+            return granted
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            if self._held.pop(key, None) is None:
+                return
+        with contextlib.suppress(Exception):  # the pool's expiry frees it anyway
+            self._call("release", lease=key)
+
+    def held(self) -> float:
+        with self._lock:
+            return sum(self._held.values())
+
+    def _beat(self, every: float) -> None:
+        while not self._closed.wait(every):
+            demand, next_size = self._demand
+            try:
+                answer = self._call("heartbeat", demand=demand, next_size=next_size)
+                if not answer.get("joined"):  # dropped after a long silence: join again
+                    self._asked_before = self.asked_total
+                    self._call("join", **self._settings, address=str(self.client.id))
+                    with self._lock:
+                        held = dict(self._held)
+                    for key, size in held.items():
+                        self._call("acquire", lease=key, size=size, demand=demand, held=True)
+                    continue
+                total = self._asked_before + float(answer["yield_total"])
+                self.asked_total = max(self.asked_total, total)
+                self.reason = str(answer.get("reason") or "")
+                self.share = float(answer["share"])
+            except Exception as exc:  # the scheduler is gone: the study's own loop sees it
+                if self._closed.is_set():
+                    return
+                log.debug("pool heartbeat failed: %s", exc)
+
+    def close(self) -> None:
+        """Leave the pool: every lease is released at once."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(Exception):
+            self._call("leave")
+        self._thread.join(timeout=5)
