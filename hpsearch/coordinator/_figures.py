@@ -2,40 +2,47 @@
 queue, the best value, the device sets and devices busy and idle, the pool share.
 
 :class:`~hpsearch.metrics.StudyMetrics` asks for them at each scrape, from its server's thread
-(:meth:`Coordinator.figures <hpsearch.coordinator.Coordinator.figures>`); the metrics room
+(:meth:`Coordinator.figures <hpsearch.coordinator.Coordinator.figures>`): the metrics room
 knows nothing of the coordinator.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.metrics import HELP, Sample
 
 if TYPE_CHECKING:
-    from hpsearch.coordinator._loop import Coordinator
+    from hpsearch.coordinator._flight import InFlight
+    from hpsearch.coordinator._placement import Placement
+    from hpsearch.coordinator._progress import Progress
+    from hpsearch.coordinator._share import PoolShare
 
 
-def _in_flight(c: Coordinator) -> list[Any]:
-    """The coordinator's trials in flight (read from the server's thread: retry a change)."""
+def copy_in_flight(in_flight: Mapping[Any, InFlight]) -> list[InFlight]:
+    """The trials in flight, copied from another thread than the coordinator's (a change
+    while copying is retried)."""
     for _ in range(5):
         try:
-            return list(c.in_flight.values())
+            return list(in_flight.values())
         except RuntimeError:  # changed size during the copy
             continue
     return []
 
 
-def running_numbers(c: Coordinator) -> set[int]:
-    """The numbers of the trials in flight."""
-    return {f.number for f in _in_flight(c)}
-
-
-def coordinator_figures(c: Coordinator) -> Iterator[Sample]:
-    """The coordinator's samples, as :meth:`hpsearch.metrics.StudyMetrics.figures` yields them."""
-    p = c.progress
+def coordinator_figures(
+    p: Progress,
+    *,
+    queued: int,
+    flying: list[InFlight],
+    placement: Placement,
+    share: PoolShare,
+) -> Iterator[Sample]:
+    """The coordinator's samples, as :meth:`hpsearch.metrics.StudyMetrics.figures` yields them:
+    from its progress ``p``, the number of trials ``queued``, those ``flying``, its
+    ``placement`` and its pool ``share``."""
     for state, n in (
         ("complete", p.complete),
         ("pruned", p.pruned),
@@ -44,19 +51,18 @@ def coordinator_figures(c: Coordinator) -> Iterator[Sample]:
     ):
         yield "hpsearch_trials", "gauge", HELP["trials"], {"state": state}, n
     yield "hpsearch_trials_budget", "gauge", HELP["budget"], {}, p.n_trials
-    yield "hpsearch_trials_queued", "gauge", HELP["queued"], {}, len(c.pending)
+    yield "hpsearch_trials_queued", "gauge", HELP["queued"], {}, queued
     if p.best_value is not None and math.isfinite(p.best_value):
         yield "hpsearch_best_value", "gauge", HELP["best"], {}, p.best_value
         yield "hpsearch_best_trial", "gauge", HELP["best_trial"], {}, p.best_number or 0
-    flying = _in_flight(c)
-    busy = len(flying)
-    yield "hpsearch_device_sets", "gauge", HELP["sets"], {"state": "busy"}, busy
-    idle = max(0, c.placement.max_concurrent - busy)
-    yield "hpsearch_device_sets", "gauge", HELP["sets"], {"state": "idle"}, idle
-    cap = c.placement.capacity
+    n_busy = len(flying)
+    yield "hpsearch_device_sets", "gauge", HELP["sets"], {"state": "busy"}, n_busy
+    n_idle = max(0, placement.max_concurrent - n_busy)
+    yield "hpsearch_device_sets", "gauge", HELP["sets"], {"state": "idle"}, n_idle
+    cap = placement.capacity
     if cap.key is not None:
         used = sum(f.size for f in flying)
         labels = {"kind": cap.key.lower()}
-        for state, n in (("busy", used), ("idle", max(0.0, cap.total - used))):
-            yield "hpsearch_devices", "gauge", HELP["devices"], {"state": state, **labels}, n
-    yield from c.share.figures()
+        for state, devices in (("busy", used), ("idle", max(0.0, cap.total - used))):
+            yield "hpsearch_devices", "gauge", HELP["devices"], {"state": state, **labels}, devices
+    yield from share.figures()

@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch.coordinator._clock import WALL_CLOCK, Clock
-from hpsearch.coordinator._figures import coordinator_figures, running_numbers
+from hpsearch.coordinator._figures import coordinator_figures, copy_in_flight
 from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.coordinator._losses import WorkerLosses
 from hpsearch.coordinator._placement import Placement
@@ -146,11 +146,17 @@ class Coordinator:
 
     def figures(self) -> Iterator[Sample]:
         """The coordinator's series for the study's metrics endpoint (its scrape's thread)."""
-        return coordinator_figures(self)
+        return coordinator_figures(
+            self.progress,
+            queued=len(self.pending),
+            flying=copy_in_flight(self.in_flight),
+            placement=self.placement,
+            share=self.share,
+        )
 
     def running_numbers(self) -> set[int]:
         """The numbers of the trials in flight (the metrics endpoint's thread asks)."""
-        return running_numbers(self)
+        return {f.number for f in copy_in_flight(self.in_flight)}
 
     def count_outcome(self, outcome: TrialOutcome) -> None:
         """Count one ended trial: its duration, the counts, the metrics."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hpsearch.search._pruning import build_pruner, explain_prune
     from hpsearch.search._sampling import build_sampler, relative_sample
     from hpsearch.search._space import suggest, to_distributions
+    from hpsearch.search._start import changes_of, existing, prepare
     from hpsearch.search._warm_start import (
         WarmStart,
         apply,
@@ -52,12 +53,15 @@ __all__ = [
     "carried_sampler",
     "carry_for",
     "changes",
+    "changes_of",
     "check_changes",
     "check_sources",
     "end_notes",
+    "existing",
     "explain_prune",
     "give_relative_sample",
     "outcome",
+    "prepare",
     "record_spec",
     "refuse_breaking",
     "relative_sample",
@@ -100,6 +104,7 @@ __getattr__ = lazy_attributes(
             "suggest",
             "to_distributions",
         ),
+        "._start": ("changes_of", "existing", "prepare"),
         "._warm_start": (
             "WarmStart",
             "apply",

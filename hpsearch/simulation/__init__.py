@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hpsearch._imports import lazy_attributes
@@ -31,10 +30,9 @@ from hpsearch.data.surrogates import BENCHMARKS, Benchmark, Curve, LCBench, Synt
 from hpsearch.simulation._run import SUMMARY, TIMELINE, Simulation, save, simulate
 
 if TYPE_CHECKING:
-    from hpsearch.coordinator import Progress
     from hpsearch.simulation._grid import method_overrides, plot, run_grid
+    from hpsearch.simulation._tracking import record
     from hpsearch.spec import StudySpec
-    from hpsearch.study import Study, StudyResult
 
 __all__ = [
     "BENCHMARKS",
@@ -49,8 +47,8 @@ __all__ = [
     "describe",
     "method_overrides",
     "plot",
+    "record",
     "run_grid",
-    "run_study",
     "save",
     "simulate",
 ]
@@ -72,44 +70,10 @@ def describe(spec: StudySpec) -> str:
     return ", ".join(parts)
 
 
-def run_study(study: Study, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
-    """Run a study of ``cluster.backend: simulated`` (what :meth:`Study.run` does for one):
-    its Optuna study is written to the study's storage (replacing an earlier simulation of
-    it), its timeline and figures to its run folder."""
-    from hpsearch.search import best_complete_trial, end_notes
-    from hpsearch.storage import redact
-    from hpsearch.study import StudyResult
-
-    layout = study.layout
-    layout.create()
-    layout.spec_file.write_text(study.spec.to_yaml())
-    simulation = simulate(study.spec, study_dir=layout.study_dir, on_progress=on_progress)
-    save(simulation, layout.study_dir, study.storage_url)
-    figures = simulation.summary()
-    figures["wall_s"] = round(simulation.wall_s, 3)
-    sim = study.spec.cluster.simulated
-    parent = ""
-    if sim is not None and sim.tracking:  # MLflow as a real study leaves it
-        from hpsearch.simulation._tracking import record
-
-        parent = record(simulation, study.spec, study.mlflow_uri, study.experiment)
-    return StudyResult(
-        study.spec.name,
-        simulation.progress,
-        best_complete_trial(simulation.study),
-        redact(study.storage_url),
-        study.mlflow_uri if parent else "",
-        study.experiment,
-        parent,
-        list(simulation.study.best_trials) if study.spec.is_multi_objective else [],
-        simulation=figures,
-        notes=end_notes(simulation.study),
-    )
-
-
 __getattr__ = lazy_attributes(
     __name__,
     {
+        "._tracking": ("record",),
         "._grid": (
             "method_overrides",
             "plot",

@@ -27,13 +27,51 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
+from hpsearch.simulation._kernel import SimulationStalled
+
 if TYPE_CHECKING:
     from hpsearch.simulation._kernel import Kernel
-    from hpsearch.simulation._trial import TrialSegment
 
 
-class SimulationStalled(RuntimeError):
-    """Trials wait for a result that no event will ever bring (a bug, never a user error)."""
+@dataclass
+class TrialSegment:
+    """One start of a trial on a worker, until it ends, pauses, or its worker is lost: a line
+    of the timeline."""
+
+    future: SimFuture
+    number: int
+    worker: str
+    start: float
+    from_epoch: int
+    attempt: int
+    epoch: int = 0  # the last epoch trained in this segment
+    end: float | None = None
+    state: str | None = None
+    value: float | None = None
+    reason: str | None = None
+    events: list[str] = field(default_factory=list)
+
+    def close(self, now: float, state: str) -> None:
+        if self.end is None:
+            self.end, self.state = now, state
+
+    def record(self) -> dict[str, Any]:
+        """The segment as a line of the timeline (JSON)."""
+        line: dict[str, Any] = {
+            "trial": self.number,
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "start": round(self.start, 6),
+            "end": None if self.end is None else round(self.end, 6),
+            "from_epoch": self.from_epoch,
+            "to_epoch": max(self.epoch, self.from_epoch),
+            "state": self.state,
+        }
+        if self.value is not None:
+            line["value"] = self.value
+        if self.reason:
+            line["reason"] = self.reason
+        return line
 
 
 class VirtualClock:

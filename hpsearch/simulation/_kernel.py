@@ -14,10 +14,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from hpsearch.simulation._cluster import SimCluster
+
+class SimulationStalled(RuntimeError):
+    """Trials wait for a result that no event will ever bring (a bug, never a user error)."""
+
+
+class Timeline(Protocol):
+    """What the kernel drives of the simulated cluster (:class:`~._cluster.SimCluster`)."""
+
+    now: float
+
+    def next_event_time(self) -> float | None: ...
+
+    def advance_to(self, when: float) -> None: ...
+
+    def step(self) -> bool: ...
 
 
 class _Stop(BaseException):
@@ -27,7 +40,7 @@ class _Stop(BaseException):
 class Kernel:
     """Runs coordinator threads one at a time on ``cluster`` (see the module's text)."""
 
-    def __init__(self, cluster: SimCluster) -> None:
+    def __init__(self, cluster: Timeline) -> None:
         self.cluster = cluster
         self._cond = threading.Condition()
         self._local = threading.local()
@@ -110,8 +123,6 @@ class Kernel:
                 self._cond.notify_all()
 
     def _drive(self, count: int) -> None:
-        from hpsearch.simulation._cluster import SimulationStalled
-
         while True:
             with self._cond:
                 while self._running is not None:

@@ -91,12 +91,11 @@ def simulate(
     ``bench``: the benchmark (default: the one ``objective.model`` names).
     """
     from hpsearch.data.surrogates import benchmark_of
-    from hpsearch.search import build_pruner, build_sampler
+    from hpsearch.search import build_pruner, build_sampler, prepare
     from hpsearch.search.pareto import study_directions
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._trial import TrialRunner
     from hpsearch.spec import SimulatedSpec, surrogate_instance
-    from hpsearch.study import prepare
     from hpsearch.tracking import tag
 
     started = time.perf_counter()

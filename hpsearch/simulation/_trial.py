@@ -15,10 +15,11 @@ checkpoint.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.search.schedulers import FROM_EPOCH, PARENT_TRIAL
+from hpsearch.simulation._cluster import TrialSegment
 from hpsearch.tracking import tag
 from hpsearch.trial import TrialOutcome
 
@@ -28,47 +29,6 @@ if TYPE_CHECKING:
     from hpsearch.data.surrogates import Benchmark
     from hpsearch.simulation._cluster import SimCluster, SimFuture, SimWorker
     from hpsearch.spec import StudySpec
-
-
-@dataclass
-class TrialSegment:
-    """One start of a trial on a worker, until it ends, pauses, or its worker is lost: a line
-    of the timeline."""
-
-    future: SimFuture
-    number: int
-    worker: str
-    start: float
-    from_epoch: int
-    attempt: int
-    epoch: int = 0  # the last epoch trained in this segment
-    end: float | None = None
-    state: str | None = None
-    value: float | None = None
-    reason: str | None = None
-    events: list[str] = field(default_factory=list)
-
-    def close(self, now: float, state: str) -> None:
-        if self.end is None:
-            self.end, self.state = now, state
-
-    def record(self) -> dict[str, Any]:
-        """The segment as a line of the timeline (JSON)."""
-        line: dict[str, Any] = {
-            "trial": self.number,
-            "attempt": self.attempt,
-            "worker": self.worker,
-            "start": round(self.start, 6),
-            "end": None if self.end is None else round(self.end, 6),
-            "from_epoch": self.from_epoch,
-            "to_epoch": max(self.epoch, self.from_epoch),
-            "state": self.state,
-        }
-        if self.value is not None:
-            line["value"] = self.value
-        if self.reason:
-            line["reason"] = self.reason
-        return line
 
 
 class TrialRunner:

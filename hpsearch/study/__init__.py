@@ -10,16 +10,14 @@ from hpsearch._imports import lazy_attributes
 
 if TYPE_CHECKING:
     from hpsearch.study._result import StudyResult
-    from hpsearch.study._start import prepare
     from hpsearch.study._study import Study
 
-__all__ = ["Study", "StudyResult", "prepare"]
+__all__ = ["Study", "StudyResult"]
 
 __getattr__ = lazy_attributes(
     __name__,
     {
         "._result": ("StudyResult",),
-        "._start": ("prepare",),
         "._study": ("Study",),
     },
 )

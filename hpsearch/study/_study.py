@@ -284,7 +284,7 @@ class Study:
     def changes(self) -> list[Any]:
         """What changed in the file since the study last ran (:class:`hpsearch.spec.Change`:
         free, carried or breaking); nothing for a study that has not run."""
-        from hpsearch.study._start import changes_of, existing
+        from hpsearch.search import changes_of, existing
 
         journal = None if self.spec.storage else self.layout.journal
         return changes_of(self.spec, existing(self.storage_url, self.spec.name, journal))
@@ -318,19 +318,32 @@ class Study:
 
         check_sources(self.spec, self.layout.run_dir)  # before anything is started or written
         if self.spec.cluster.backend == "simulated":
-            from hpsearch.simulation import run_study
+            from hpsearch.study._simulated import run_simulated
 
-            return run_study(self, on_progress=on_progress)
+            return run_simulated(
+                self.spec,
+                self.layout,
+                storage_url=self.storage_url,
+                mlflow_uri=self.mlflow_uri,
+                experiment=self.experiment,
+                on_progress=on_progress,
+            )
         import optuna
 
         from hpsearch.cluster import WORKER_WAIT_S, Capacity, backend_for, capacity, check_workers
         from hpsearch.cluster.pool import join_pool
         from hpsearch.coordinator import Coordinator
-        from hpsearch.search import best_complete_trial, build_pruner, build_sampler, end_notes
+        from hpsearch.search import (
+            best_complete_trial,
+            build_pruner,
+            build_sampler,
+            end_notes,
+            prepare,
+            refuse_breaking,
+        )
         from hpsearch.search.pareto import study_directions
         from hpsearch.storage import StorageProxy, open_storage, sync_journals
         from hpsearch.study._end import close_tracking, flush_workers
-        from hpsearch.study._start import prepare, refuse_breaking
         from hpsearch.tracking import (
             ServerWatch,
             StudyTracker,

@@ -29,15 +29,24 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    from hpsearch.training._loop import Trainer
 
 log = logging.getLogger(__name__)
+
+
+class _Trained(Protocol):
+    """What a sharded checkpoint keeps of a trainer besides its model and optimizer (a
+    :class:`~hpsearch.training.Trainer`; named by what is used, so that the epoch loop, which
+    shards, and this module do not import each other)."""
+
+    scaler: Any
+    skipped_steps: int
+
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
@@ -188,7 +197,7 @@ class ShardedCheckpointStore:
         """Nothing is written in the background (kept for the interface of CheckpointStore)."""
 
     @staticmethod
-    def _model_and_optimizer(trainer: Trainer) -> tuple[Any, Any]:
+    def _model_and_optimizer(trainer: _Trained) -> tuple[Any, Any]:
         model, optimizer = getattr(trainer, "model", None), getattr(trainer, "optimizer", None)
         if model is None or optimizer is None:
             raise TypeError(
@@ -197,7 +206,7 @@ class ShardedCheckpointStore:
             )
         return model, optimizer
 
-    def save(self, state: dict[str, Any], trainer: Trainer) -> None:
+    def save(self, state: dict[str, Any], trainer: _Trained) -> None:
         """Write this rank's shards of the trainer's model and optimizer, and (rank 0) the
         rest of ``state`` (epoch, value, metrics; the trainer's scaler and skipped steps)."""
         import torch
@@ -254,7 +263,7 @@ class ShardedCheckpointStore:
         meta["written_by_world_size"] = int(marker.get("world_size", 0))
         return meta
 
-    def load_into(self, trainer: Trainer, *, resumed: bool) -> dict[str, Any] | None:
+    def load_into(self, trainer: _Trained, *, resumed: bool) -> dict[str, Any] | None:
         """Load the newest complete checkpoint into ``trainer`` (model, optimizer, scaler) on
         every rank; return its epoch, value and metrics, or ``None`` (rank 0 decides whether
         the trial resumes and from which folder)."""

@@ -18,6 +18,7 @@ scaling rule of Goyal et al., 2017, for a per-rank batch).
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from abc import ABC, abstractmethod
@@ -335,3 +336,14 @@ class SupervisedTrainer(Trainer):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
+
+
+def resolve_trainer(ref: type[Trainer] | str) -> type[Trainer]:
+    """A trainer class, given as itself or as ``"module:Class"``."""
+    if not isinstance(ref, str):
+        return ref
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"a trainer is a class or 'module:Class', got {ref!r}")
+    cls: type[Trainer] = getattr(importlib.import_module(module), name)
+    return cls

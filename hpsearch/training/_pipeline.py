@@ -36,7 +36,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.training._amp import autocast
-from hpsearch.training._loop import EVAL_CHUNK, SupervisedTrainer, Trainer, make_optimizer
+from hpsearch.training._loop import (
+    EVAL_CHUNK,
+    SupervisedTrainer,
+    Trainer,
+    make_optimizer,
+    resolve_trainer,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -70,8 +76,6 @@ def make_pipeline_trainer(
             "(objective.parallel.strategy: pipeline needs a model that can: transformer)"
         )
     if stages == 1:
-        from hpsearch.training._trainers import resolve_trainer
-
         trainer: Any = resolve_trainer(family.trainer)
         return trainer(model, params, data, world_size=world_size, **kwargs)
     if world_size % stages:

@@ -3,9 +3,10 @@ for a pipeline layout (which builds on the family's)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from hpsearch.training._loop import resolve_trainer
 
 if TYPE_CHECKING:
     import torch
@@ -35,14 +36,3 @@ def make_trainer(
         kwargs.setdefault("strategy", parallel.strategy.value)
     trainer: Any = resolve_trainer(family.trainer)
     return trainer(model, params, data, **kwargs)
-
-
-def resolve_trainer(ref: type[Trainer] | str) -> type[Trainer]:
-    """A trainer class, given as itself or as ``"module:Class"``."""
-    if not isinstance(ref, str):
-        return ref
-    module, sep, name = ref.partition(":")
-    if not sep or not module or not name:
-        raise ValueError(f"a trainer is a class or 'module:Class', got {ref!r}")
-    cls: type[Trainer] = getattr(importlib.import_module(module), name)
-    return cls

@@ -1,6 +1,6 @@
-"""What a study does before its first trial of a run: compare the file with the spec it ran
-under, keep the new one, start warm, and give the sampler what it may learn from (see
-:mod:`hpsearch.carry` and :mod:`hpsearch.warm_start`)."""
+"""What a study does before its first trial of a run, on any backend: compare the file with
+the spec it ran under, keep the new one, start warm, and give the sampler what it may learn
+from (see :mod:`hpsearch.search._carry` and :mod:`hpsearch.search._warm_start`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from hpsearch.search import (
     changes,
     check_changes,
     record_spec,
-    refuse_breaking,
 )
 from hpsearch.spec import Change
 
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from hpsearch.spec import StudySpec
 
 log = logging.getLogger("hpsearch.study")
-
-__all__ = ["changes_of", "existing", "prepare", "refuse_breaking"]
 
 
 def existing(storage_url: str, name: str, journal: Path | None) -> optuna.Study | None:
