@@ -101,7 +101,7 @@ class Coordinator:
         self.pending: list[Ready] = []
         self._storage = storage_of(study)
         self._study_id = study_id_of(study)
-        # The spec version the study runs under (hpsearch.carry): each new trial records it.
+        # The spec version the study runs under (hpsearch.search._carry): each new trial records it.
         version = study.user_attrs.get(VERSION_ATTR)
         self.spec_version = int(version) if version is not None else None
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
@@ -461,7 +461,7 @@ class Coordinator:
     def interrupt(self, *, graceful: bool = False) -> None:
         """Stop every trial in flight (or asked and waiting) without ending it: it stays
         RUNNING in the study, marked interrupted, and resumes on the next run (see
-        :mod:`hpsearch.interruption`); it is not counted as ended. ``graceful`` (Ctrl-C):
+        :mod:`hpsearch.coordinator._interruption`); it is not counted as ended. ``graceful`` (Ctrl-C):
         the trials in flight first stop at their next safe point, their checkpoints written
         (those that end meanwhile are told as they ended)."""
         from hpsearch.coordinator._interruption import stop_in_flight

@@ -213,7 +213,7 @@ class Scheduling:
         if step is None:
             return None
         value: Any = reported.get(step)
-        if value is None:  # several objectives: the step's values (see hpsearch.pareto)
+        if value is None:  # several objectives: the step's values (see hpsearch.search.pareto)
             from hpsearch.search.pareto import step_values
 
             found = step_values(frozen).get(step)

@@ -59,7 +59,7 @@ def build_pruner(spec: StudySpec) -> BasePruner:
     import optuna
 
     name = spec.search.pruner.name
-    if name == "pareto":  # several objectives: ranked by Pareto fronts (hpsearch.pareto)
+    if name == "pareto":  # several objectives: ranked by Pareto fronts (hpsearch.search.pareto)
         from hpsearch.search.pareto import build_pareto_pruner
 
         pruner_: BasePruner = build_pareto_pruner(spec)

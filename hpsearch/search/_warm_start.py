@@ -1,4 +1,4 @@
-"""``search.warm_start``: a study that starts from earlier ones (see :mod:`hpsearch.carry`).
+"""``search.warm_start``: a study that starts from earlier ones (see :mod:`hpsearch.search._carry`).
 
 A source is a study of the same run folder (its name), a run folder (``RUN_DIR/NAME``) or an
 Optuna storage URL (its one study, or the study of this study's name in it). From each:

@@ -1,5 +1,5 @@
 """``search.warm_start``: earlier studies whose best configurations a new study tries first,
-and whose completed trials its sampler learns from (see :mod:`hpsearch.carry`)."""
+and whose completed trials its sampler learns from (see :mod:`hpsearch.search._carry`)."""
 
 from __future__ import annotations
 

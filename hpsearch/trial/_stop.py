@@ -1,6 +1,6 @@
 """The file in a study's run folder that asks its trials in flight to stop (a leaf module:
 the trial code and the fault points look at it without importing the rest of hpsearch).
-See :mod:`hpsearch.interruption`."""
+See :mod:`hpsearch.coordinator._interruption`."""
 
 from __future__ import annotations
 

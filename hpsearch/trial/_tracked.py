@@ -37,7 +37,7 @@ class TrialPaused(optuna.TrialPruned):
 
 def step_reported(trial: FrozenTrial, step: int, *, several: bool) -> bool:
     """Whether ``trial`` holds a report of ``step`` (``several``: a report of several
-    objectives' values, a user attribute; see :mod:`hpsearch.pareto`)."""
+    objectives' values, a user attribute; see :mod:`hpsearch.search.pareto`)."""
     if several:
         from hpsearch.search.pareto import VALUES_ATTR
 
@@ -83,7 +83,7 @@ class TrackedTrial(optuna.Trial):
         self._run = run
         self._metric = metric
         self._pruner_name = pruner_name
-        # Several objectives: each step's values are a user attribute (see hpsearch.pareto).
+        # Several objectives: each step's values are a user attribute (see hpsearch.search.pareto).
         self._metrics = list(metrics) if metrics is not None and len(metrics) > 1 else None
         self.prune_decision: dict[str, Any] | None = None
         self.paused_at: int | None = None

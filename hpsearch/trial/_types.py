@@ -50,7 +50,7 @@ class TrialTask:
     #: space) beyond the parameters it asked for: name -> (distribution, value). The
     #: objective's suggest of one of them takes it; a worker samples only the rest.
     relative: dict[str, tuple[Any, Any]] | None = None
-    #: The version of the study's spec the trial runs under (see :mod:`hpsearch.carry`).
+    #: The version of the study's spec the trial runs under (see :mod:`hpsearch.search._carry`).
     spec_version: int | None = None
 
 
