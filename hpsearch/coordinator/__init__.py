@@ -9,10 +9,10 @@ ends it FAIL with the reason ("worker lost 3 times: ..."). Nothing waits on a ti
 
 The budget is ``search.n_trials`` ended trials (complete, pruned or failed) in the study
 as a whole, so running the same study again resumes it: trials an earlier coordinator left
-RUNNING (killed, or interrupted by Ctrl-C: see :mod:`hpsearch.coordinator._interruption`) are run again
-(from their checkpoints), and only the missing trials are asked for. With a scheduler the
-sampler gives what :meth:`~hpsearch.search.schedulers.Scheduler.budget` says (pbt: the population;
-its continuations are created by the scheduler, within ``search.n_trials``).
+RUNNING (killed, or interrupted by Ctrl-C: see :mod:`hpsearch.coordinator._interruption`)
+are run again (from their checkpoints), and only the missing trials are asked for. With a
+scheduler the sampler gives what :meth:`~hpsearch.search.schedulers.Scheduler.budget` says
+(pbt: the population; its continuations are created by the scheduler, within ``search.n_trials``).
 
 The coordinator is a package of composed parts, each with its own interface:
 :class:`Coordinator` (:mod:`._loop`) runs the loop and owns the trials in flight;

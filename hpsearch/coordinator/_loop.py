@@ -461,9 +461,9 @@ class Coordinator:
     def interrupt(self, *, graceful: bool = False) -> None:
         """Stop every trial in flight (or asked and waiting) without ending it: it stays
         RUNNING in the study, marked interrupted, and resumes on the next run (see
-        :mod:`hpsearch.coordinator._interruption`); it is not counted as ended. ``graceful`` (Ctrl-C):
-        the trials in flight first stop at their next safe point, their checkpoints written
-        (those that end meanwhile are told as they ended)."""
+        :mod:`hpsearch.coordinator._interruption`); it is not counted as ended. ``graceful``
+        (Ctrl-C): the trials in flight first stop at their next safe point, their checkpoints
+        written (those that end meanwhile are told as they ended)."""
         from hpsearch.coordinator._interruption import stop_in_flight
 
         waiting = [item.trial_id for item in self.pending]

@@ -64,7 +64,8 @@ class Benchmark(Protocol):
     instances: tuple[str, ...]
 
     def space(self) -> dict[str, dict[str, Any]]:
-        """The search space, in a study file's ``space`` format (see :mod:`hpsearch.search._space`)."""
+        """The search space, in a study file's ``space`` format (see
+        :mod:`hpsearch.search._space`)."""
         ...
 
     def curve(self, params: Mapping[str, Any], instance: str, epochs: int) -> Curve:
