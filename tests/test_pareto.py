@@ -354,7 +354,7 @@ def _schedule(constraints=None):
             s.paused(job.number, job.trial_id, 3, _point((0.5, 0.5), constraints))
             assert s.next() is None
     ended = s.closing(asking=False)
-    assert all(e.state == "PRUNED" for e in ended)
+    assert all(e.state == TrialState.PRUNED for e in ended)
     return order, {e.number: e.reason for e in ended}
 
 

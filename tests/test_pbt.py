@@ -77,7 +77,7 @@ def test_a_generation_is_decided_when_its_last_member_pauses():
     assert child.attrs == {PARENT_TRIAL: 1, FROM_EPOCH: 2}
     assert child.params["lr"] in (pytest.approx(0.016), pytest.approx(0.024))
     assert child.replaces is not None and child.replaces.number == 0
-    assert child.replaces.state == "PRUNED" and child.replaces.trial_id == 10
+    assert child.replaces.state == TrialState.PRUNED and child.replaces.trial_id == 10
     assert child.replaces.reason.startswith(
         "pbt: replaced at epoch 2 by a continuation of trial 1: value 0.5 in the bottom 1"
     )
@@ -120,7 +120,7 @@ def test_a_failed_member_ends_its_line_and_the_generation_goes_on():
     sched.paused(0, 0, 2, 0.5)
     sched.paused(1, 1, 2, 0.6)
     assert sched.decided() == []
-    sched.ended(2, "FAIL")
+    sched.ended(2, TrialState.FAIL)
     assert [j.number for j in sched.decided()] == [0, 1], "int(0.25 * 2) = 0: both go on"
 
 

@@ -59,7 +59,7 @@ def test_promotion_order_matches_a_hand_computed_schedule():
     reasons = {e.number: e.reason for e in ended}
     assert "rung 0 (epoch 1)" in reasons[0] and "cut-off 0.3" in reasons[0]
     assert "rung 1 (epoch 3)" in reasons[1] and "cut-off 0.15" in reasons[1]
-    assert all(e.state == "PRUNED" for e in ended)
+    assert all(e.state == TrialState.PRUNED for e in ended)
 
 
 def test_brackets_start_at_higher_rungs():

@@ -22,6 +22,7 @@ class Ready:
     stop_at: int | None = None  # a scheduler's pause (search.scheduler)
     scheduled: bool = False  # a paused trial a scheduler starts again
     relative: dict[str, tuple[Any, Any]] | None = None  # see TrialTask.relative
+    lineage: tuple[int, int] | None = None  # see TrialTask.lineage
 
 
 @dataclass
@@ -33,6 +34,18 @@ class InFlight:
     submitted: float
     size: float = 1
     stop_at: int | None = None
+    lineage: tuple[int, int] | None = None
+
+    def again(self) -> Ready:
+        """The trial, to run again from its checkpoint (its worker was lost, or it yielded)."""
+        return Ready(
+            self.trial_id,
+            self.number,
+            resume=True,
+            size=self.size,
+            stop_at=self.stop_at,
+            lineage=self.lineage,
+        )
 
 
 #: The trials in flight by their Dask future, as the parts of the coordinator read them (the

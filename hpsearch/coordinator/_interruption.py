@@ -102,7 +102,7 @@ def stop_in_flight(
             outcome = future.result(timeout=5)
         except Exception:  # lost with its worker: it resumes
             continue
-        if isinstance(outcome, TrialOutcome) and outcome.state in ("COMPLETE", "PRUNED", "FAIL"):
+        if isinstance(outcome, TrialOutcome) and outcome.state.ends_trial:
             yield in_flight.pop(future), outcome
 
 

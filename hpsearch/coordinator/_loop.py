@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.trial import TrialState
@@ -18,6 +18,7 @@ from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.coordinator._losses import WorkerLosses
 from hpsearch.coordinator._placement import Placement
 from hpsearch.coordinator._progress import Progress
+from hpsearch.coordinator._retire import retire_workers
 from hpsearch.coordinator._scheduling import Scheduling
 from hpsearch.coordinator._share import POOL_POLL_S, PoolShare
 from hpsearch.coordinator._tally import Tally
@@ -32,7 +33,7 @@ from hpsearch.search import (
 )
 from hpsearch.search.pareto import told_values
 from hpsearch.tracking import tag
-from hpsearch.trial import TrialOutcome, TrialTask
+from hpsearch.trial import OutcomeState, RunLayout, TrialOutcome, TrialTask
 from hpsearch.worker import run_trial
 
 if TYPE_CHECKING:
@@ -46,9 +47,6 @@ if TYPE_CHECKING:
     from hpsearch.tracking import TrackingTarget
 
 log = logging.getLogger("hpsearch.coordinator")
-#: Seconds the coordinator waits for a retiring worker to leave before it places trials.
-RETIRE_WAIT_S = 30.0
-
 #: Seconds between two looks for an ended trial while jobs scale (cluster.adapt on SLURM).
 SCALE_POLL_S = 0.2
 
@@ -95,6 +93,7 @@ class Coordinator:
         self.proxy = proxy
         self.tracking = tracking
         self.study_dir = study_dir
+        self.checkpoint_dir = str(RunLayout.of_study_dir(study_dir).checkpoints)
         self.search_paths = search_paths
         self.distributions = to_distributions(spec.space) if spec.space else None
         self.in_flight: dict[Future, InFlight] = {}
@@ -105,6 +104,9 @@ class Coordinator:
         version = study.user_attrs.get(VERSION_ATTR)
         self.spec_version = int(version) if version is not None else None
         self.sampler_done = False  # the sampler has nothing left to suggest (a finished grid)
+        # A run's own (see _begin): trials left to ask, until when, those as they finish.
+        self._to_ask, self._finishing = 0, cast(Any, None)
+        self._deadline: float | None = None
         # The study's Prometheus endpoint: told of ended trials and lost workers, nothing more.
         self.metrics: NoMetrics = metrics if metrics is not None else NO_METRICS
         self.interrupted = 0  # trials left to resume by an interruption
@@ -112,6 +114,11 @@ class Coordinator:
         self.scaler = scaler
         self.tally = Tally(study, spec.search.n_trials, on_progress=on_progress)
         self.progress = self.tally.progress
+        self._compose(capacity, lease)
+
+    def _compose(self, capacity: Capacity, lease: PoolLease | None) -> None:
+        """Its parts: the scheduling, the placement, the losses and the pool share."""
+        spec, study, client, clock = self.spec, self.study, self.client, self.clock
         self.scheduling = Scheduling(
             spec,
             study,
@@ -126,7 +133,7 @@ class Coordinator:
             client=client,
             capacity=capacity,
             in_flight=self.in_flight,
-            scaler=scaler,
+            scaler=self.scaler,
             scheduled=self.scheduling.active,
             searched_sizes="gpus_per_trial" in (self.distributions or {}),
             clock=clock,
@@ -138,7 +145,7 @@ class Coordinator:
             lease,
             spec,
             storage=self._storage,
-            study_dir=study_dir,
+            study_dir=self.study_dir,
             direction=study.directions[0],
         )
 
@@ -182,15 +189,14 @@ class Coordinator:
             {
                 tag.WORKER: outcome.worker or None,
                 tag.PID: outcome.pid or None,
-                tag.PRUNE_REASON: outcome.reason if outcome.state == "PRUNED" else None,
-                tag.FAIL_REASON: outcome.reason if outcome.state == "FAIL" else None,
+                tag.PRUNE_REASON: outcome.reason if outcome.state is OutcomeState.PRUNED else None,
+                tag.FAIL_REASON: outcome.reason if outcome.state is OutcomeState.FAIL else None,
             },
         )
-        if outcome.state == "COMPLETE":
+        if outcome.state is OutcomeState.COMPLETE:
             self._tell_study(info.number, values=told_values(outcome))
         else:
-            state = TrialState.PRUNED if outcome.state == "PRUNED" else TrialState.FAIL
-            self._tell_study(info.number, state=state)
+            self._tell_study(info.number, state=outcome.state.told)
 
     # ---------------------------------------------------------------- ask / submit / tell
 
@@ -213,6 +219,9 @@ class Coordinator:
             directions=list(self.study.directions),
             relative=item.relative,
             spec_version=self.spec_version,
+            checkpoint_dir=self.checkpoint_dir,
+            lineage=item.lineage,
+            snapshot_pauses=self.scheduling.snapshots,
         )
         self.scheduling.submitting(item)
         capacity = self.placement.capacity
@@ -225,7 +234,12 @@ class Coordinator:
             pure=False,
         )
         self.in_flight[future] = InFlight(
-            item.number, item.trial_id, self.clock.monotonic(), item.size, item.stop_at
+            item.number,
+            item.trial_id,
+            self.clock.monotonic(),
+            item.size,
+            item.stop_at,
+            item.lineage,
         )
         return future
 
@@ -284,163 +298,160 @@ class Coordinator:
             self.share.close()
 
     def _run(self) -> Progress:
-        from hpsearch.coordinator._interruption import clear_interrupted, clear_stop
-
-        clear_stop(self.study_dir)  # an earlier run's Ctrl-C stopped its trials, not these
-        spec = self.spec.search
-        placement, scheduling, share = self.placement, self.scheduling, self.share
-        clock = self.clock
-        deadline = None if spec.timeout is None else clock.monotonic() + float(spec.timeout)
-        trials = self.tally.recount(running=placement.running())
-        # Trials an earlier coordinator left running are run again first (from checkpoints).
-        ready = [
-            Ready(trial_id_of(t), t.number, resume=True, size=placement.size_of(t.params))
-            for t in trials
-            if t.state == TrialState.RUNNING
-        ]
-        to_ask = max(0, spec.n_trials - self.progress.ended - len(ready))
-        clear_interrupted(self._storage, (t for t in trials if t.state == TrialState.RUNNING))
-        self.pending = ready
-        if scheduling.active:  # paused trials wait for a promotion, not a rerun
-            ready[:] = scheduling.restore(trials)
-            scheduling.take_decided()
-            # The sampler's trials (a pbt study's continuations are the scheduler's).
-            to_ask = scheduling.to_ask(trials, spec.n_trials)
-        # Results are gathered on the client's event loop as futures finish: no round trip
-        # per trial from this thread.
-        finished = self._finished()
-
-        def may_ask() -> bool:
-            if to_ask <= 0 or self.sampler_done:
-                return False
-            return not (deadline is not None and clock.monotonic() >= deadline)
-
-        def fill() -> None:
-            # First come, first served: a trial waits at the head until its set is free, and
-            # nothing overtakes it (so a large set is never starved by small ones).
-            nonlocal to_ask
-            placement.refresh_capacity()
-            if self.scaler is not None:  # a job for each trial that runs or waits
-                asking = to_ask if may_ask() else 0
-                self.scaler.update(len(self.in_flight) + len(ready) + asking)
-            share.want(self.in_flight, ready, may_ask())
-            while ready or scheduling.promotion(ready, set_free=placement.set_free()) or may_ask():
-                if not ready:
-                    if placement.full():
-                        break
-                    ready.append(self._ask())
-                    to_ask -= 1
-                if not placement.fits(ready[0]) or not share.fits(ready[0]):
-                    break
-                finished.add(self._submit(ready.pop(0)))
-            self.progress.running = placement.running()
-
-        def next_batch() -> list[Any]:
-            if self.scaler is None and not share.active:
-                return finished.next_batch(block=True)
-            # Jobs come and go while trials run, and a pool grants devices or wants some back:
-            # look at them (and use new sets) meanwhile.
-            while not finished.has_ready():
-                if not self.in_flight and not ready and not may_ask():
-                    break
-                clock.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
-                share.give_back(self.in_flight)
-                fill()
-            return finished.next_batch(block=False)
-
-        def waiting_for_pool() -> bool:
-            """Trials wait for the pool's devices with none in flight."""
-            return share.active and bool(ready or may_ask())
-
+        self._begin()
         self.tally.emit()
         try:
-            fill()
-            while self.in_flight or waiting_for_pool():
+            self._fill()
+            while self.in_flight or self._waiting_for_pool():
                 self.tally.emit()
-                if not ready and may_ask() and placement.short_trials() and not scheduling.active:
-                    ready.append(self._ask())  # ask ahead while the sets are busy
-                    to_ask -= 1
-                    fill()  # it may fit at once (sets of different sizes)
+                if self._ask_ahead():
                     continue
-                batch = next_batch()
-                ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
-                for info, _, _ in ended:
-                    share.ended(info)  # its devices go back to the pool first
-                # A trial whose worker was lost goes back to the head of the queue (it
-                # resumes from its checkpoint), until it has been lost max_retries + 1 times.
-                retried = [
-                    self.losses.retry(info, future, result) for info, future, result in ended
-                ]
-                ready[:0] = [item for item in retried if item is not None]
-                # A trial that yielded its devices to another study waits first in line.
-                yielded = [
-                    again is None and self._preempted(future, result)
-                    for (_, future, result), again in zip(ended, retried, strict=True)
-                ]
-                ready[:0] = [
-                    share.preempted_trial(info, result.reason)
-                    for (info, _, result), y in zip(ended, yielded, strict=True)
-                    if y
-                ]
-                ended = [e for e, y in zip(ended, yielded, strict=True) if not y]
-                retried = [again for again, y in zip(retried, yielded, strict=True) if not y]
-                paused = [
-                    again is None and scheduling.paused(*e)
-                    for e, again in zip(ended, retried, strict=True)
-                ]
-                ended = [e for e, p in zip(ended, paused, strict=True) if not p]
-                retried = [again for again, p in zip(retried, paused, strict=True) if not p]
-                outcomes = [
-                    None if again is not None else self.losses.outcome(*e)
-                    for e, again in zip(ended, retried, strict=True)
-                ]
-                # Workers going away leave before the next trial is placed, once their
-                # trials' ends are read (their results go with them).
-                self._retire({r.worker for _, r in batch if getattr(r, "retire", False)})
-                fill()
-                if not self.in_flight and not ready:
-                    scheduling.close_paused(may_ask())
-                    fill()
-                for (info, _, _), outcome in zip(ended, outcomes, strict=True):
-                    if outcome is None:  # it runs again
-                        continue
-                    self.tell(info, outcome)
-                    self.count_outcome(outcome)
-                    self.losses.forget(info.number)  # it ended: its losses are told
-            scheduling.close_paused(asking=False)
+                self._take(self._next_batch())
+            self.scheduling.close_paused(asking=False)
         except BaseException as exc:
             self.interrupt(graceful=isinstance(exc, KeyboardInterrupt))
             raise
-        self.tally.recount(running=placement.running())
+        self.tally.recount(running=self.placement.running())
         self.progress.running = 0
         self.progress.finished = time.monotonic()
         self.tally.emit()
         return self.progress
 
-    def _retire(self, workers: set[str]) -> None:
-        """Retire workers that are going away (their batch job ends) before another trial is
-        placed: none lands on them again. Their trials have ended, and their results are in.
+    def _begin(self) -> None:
+        """Read the study back: the trials an earlier coordinator left running run again first
+        (from their checkpoints), a scheduler's paused ones wait for a promotion, and the
+        sampler gives what is left of the budget."""
+        from hpsearch.coordinator._interruption import clear_interrupted, clear_stop
 
-        The worker retires itself (``Worker.close_gracefully``), which closes it even where
-        its data has nowhere to go (the result just read, on the cluster's last worker): the
-        scheduler's ``retire_workers`` would keep such a worker, and it would take the next
-        trial. The coordinator waits (up to ``RETIRE_WAIT_S``) until the scheduler has let it
-        go: a trial placed on it meanwhile would be lost with it."""
-        if not workers:
-            return
-        from hpsearch.worker import retire
+        clear_stop(self.study_dir)  # an earlier run's Ctrl-C stopped its trials, not these
+        search, placement, scheduling = self.spec.search, self.placement, self.scheduling
+        timeout = search.timeout
+        self._deadline = None if timeout is None else self.clock.monotonic() + float(timeout)
+        trials = self.tally.recount(running=placement.running())
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        self.pending = [
+            Ready(trial_id_of(t), t.number, resume=True, size=placement.size_of(t.params))
+            for t in running
+        ]
+        self._to_ask = max(0, search.n_trials - self.progress.ended - len(self.pending))
+        clear_interrupted(self._storage, running)
+        if scheduling.active:  # paused trials wait for a promotion, not a rerun
+            self.pending = scheduling.restore(trials)
+            scheduling.take_decided()
+            # The sampler's trials (a pbt study's continuations are the scheduler's).
+            self._to_ask = scheduling.to_ask(trials, search.n_trials)
+        # Results are gathered on the client's event loop as futures finish: no round trip
+        # per trial from this thread.
+        self._finishing = self._finished()
 
-        log.warning("retiring %s: its batch job ends", ", ".join(sorted(workers)))
-        try:
-            self.client.run(retire, workers=sorted(workers))
-            deadline = self.clock.monotonic() + RETIRE_WAIT_S
-            while workers & self.client.scheduler_info(n_workers=-1)["workers"].keys():
-                if self.clock.monotonic() > deadline:
-                    log.warning("%s still there after %.0f s", sorted(workers), RETIRE_WAIT_S)
+    def _may_ask(self) -> bool:
+        """Whether the sampler is to give another trial (budget, grid and timeout left)."""
+        if self._to_ask <= 0 or self.sampler_done:
+            return False
+        return not (self._deadline is not None and self.clock.monotonic() >= self._deadline)
+
+    def _ask_next(self) -> None:
+        self.pending.append(self._ask())
+        self._to_ask -= 1
+
+    def _fill(self) -> None:
+        """Submit what fits. First come, first served: a trial waits at the head until its
+        set is free, and nothing overtakes it (so a large set is never starved by small
+        ones); promotions go before new trials."""
+        placement, scheduling, share, ready = (
+            self.placement,
+            self.scheduling,
+            self.share,
+            self.pending,
+        )
+        placement.refresh_capacity()
+        if self.scaler is not None:  # a job for each trial that runs or waits
+            asking = self._to_ask if self._may_ask() else 0
+            self.scaler.update(len(self.in_flight) + len(ready) + asking)
+        share.want(self.in_flight, ready, self._may_ask())
+        while (
+            ready or scheduling.promotion(ready, set_free=placement.set_free()) or self._may_ask()
+        ):
+            if not ready:
+                if placement.full():
                     break
-                self.clock.sleep(0.1)
-        except Exception as exc:  # gone already: nothing to place there
-            log.debug("retiring %s: %s", workers, exc)
+                self._ask_next()
+            if not placement.fits(ready[0]) or not share.fits(ready[0]):
+                break
+            self._finishing.add(self._submit(ready.pop(0)))
+        self.progress.running = placement.running()
+
+    def _ask_ahead(self) -> bool:
+        """Short trials: ask the next one while the sets are busy (the sampler's time
+        overlaps with training); whether it did."""
+        if self.pending or not self._may_ask() or self.scheduling.active:
+            return False
+        if not self.placement.short_trials():
+            return False
+        self._ask_next()
+        self._fill()  # it may fit at once (sets of different sizes)
+        return True
+
+    def _next_batch(self) -> list[Any]:
+        """The trials that ended, as soon as one has. Where jobs come and go while trials run,
+        or a pool grants devices or wants some back, look at them meanwhile (and use new
+        sets)."""
+        finishing, share = self._finishing, self.share
+        if self.scaler is None and not share.active:
+            return list(finishing.next_batch(block=True))
+        while not finishing.has_ready():
+            if not self.in_flight and not self.pending and not self._may_ask():
+                break
+            self.clock.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
+            share.give_back(self.in_flight)
+            self._fill()
+        return list(finishing.next_batch(block=False))
+
+    def _waiting_for_pool(self) -> bool:
+        """Trials wait for the pool's devices with none in flight."""
+        return self.share.active and bool(self.pending or self._may_ask())
+
+    def _take(self, batch: list[Any]) -> None:
+        """Take the ended trials of ``batch``: the next ones are submitted first, then the
+        ended ones are told."""
+        ended = [(self.in_flight.pop(future), future, result) for future, result in batch]
+        for info, _, _ in ended:
+            self.share.ended(info)  # its devices go back to the pool first
+        to_tell = self._goes_on(ended)
+        # Workers going away leave before the next trial is placed, once their trials' ends
+        # are read (their results go with them).
+        self._retire({r.worker for _, r in batch if getattr(r, "retire", False)})
+        self._fill()
+        if not self.in_flight and not self.pending:
+            self.scheduling.close_paused(self._may_ask())
+            self._fill()
+        for info, outcome in to_tell:
+            self.tell(info, outcome)
+            self.count_outcome(outcome)
+            self.losses.forget(info.number)  # it ended: its losses are told
+
+    def _goes_on(self, ended: list[tuple[InFlight, Future, Any]]) -> list[tuple[InFlight, Any]]:
+        """Queue the ended trials that run again; the others, with their outcomes, to tell.
+
+        A trial whose worker was lost goes back to the head of the queue (it resumes from its
+        checkpoint), until it has been lost ``max_retries + 1`` times; one that yielded its
+        devices to another study waits first in line; a paused one waits for its scheduler.
+        """
+        to_tell, retried, preempted = [], [], []
+        for info, future, result in ended:
+            again = self.losses.retry(info, future, result)
+            if again is not None:
+                retried.append(again)
+            elif self._preempted(future, result):
+                preempted.append(self.share.preempted_trial(info, result.reason))
+            elif not self.scheduling.paused(info, future, result):
+                to_tell.append((info, self.losses.outcome(info, future, result)))
+        self.pending[:0] = preempted + retried
+        return to_tell
+
+    def _retire(self, workers: set[str]) -> None:
+        """Retire workers that are going away (see :func:`retire_workers`)."""
+        retire_workers(self.client, self.clock, workers)
 
     def _finished(self) -> Any:
         """The cluster's trials as they finish, each with its result (or its error)."""
@@ -455,7 +466,7 @@ class Coordinator:
         return (
             future.status == "finished"
             and isinstance(result, TrialOutcome)
-            and result.state == "PREEMPTED"
+            and result.state is OutcomeState.PREEMPTED
         )
 
     def interrupt(self, *, graceful: bool = False) -> None:

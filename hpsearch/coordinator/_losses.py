@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hpsearch.coordinator._flight import InFlight, Ready
 from hpsearch.search.schedulers import RESUMES
 from hpsearch.tracking import tag
-from hpsearch.trial import TrialOutcome
+from hpsearch.trial import OutcomeState, TrialOutcome
 
 if TYPE_CHECKING:
     from distributed import Future
@@ -80,7 +80,7 @@ class WorkerLosses:
             losses,
             self.max_retries,
         )
-        return Ready(info.trial_id, info.number, resume=True, size=info.size, stop_at=info.stop_at)
+        return info.again()
 
     def outcome(self, info: InFlight, future: Future, result: Any) -> TrialOutcome:
         """How the trial of ``future`` ended (its reason, if it failed)."""
@@ -93,7 +93,7 @@ class WorkerLosses:
             reason = f"{type(exc).__name__}: {exc}" if exc is not None else f"task {future.status}"
         return TrialOutcome(
             info.number,
-            "FAIL",
+            OutcomeState.FAIL,
             reason=reason,
             error_type=type(exc).__name__ if exc is not None else None,
         )

@@ -19,8 +19,9 @@ from hpsearch.search.schedulers import (
     Job,
     RungPoint,
     build_scheduler,
+    lineage_of,
 )
-from hpsearch.trial import TrialOutcome
+from hpsearch.trial import OutcomeState, TrialOutcome
 
 if TYPE_CHECKING:
     import optuna
@@ -86,6 +87,11 @@ class Scheduling:
         """Whether the study has a scheduler."""
         return self.scheduler is not None
 
+    @property
+    def snapshots(self) -> bool:
+        """Whether a trial's pause keeps its checkpoint at that epoch (population-based)."""
+        return self.scheduler is not None and self.scheduler.snapshots
+
     def restore(self, trials: list[optuna.trial.FrozenTrial]) -> list[Ready]:
         """The trials an earlier coordinator left running or decided to resume, from the
         study (paused trials wait for a promotion, not a rerun); what the scheduler decided
@@ -127,9 +133,15 @@ class Scheduling:
         if job.trial_id is None:
             return self.continuation(job)
         assert job.number is not None
-        params = self.storage.get_trial(job.trial_id).params
+        frozen = self.storage.get_trial(job.trial_id)
         return Ready(
-            job.trial_id, job.number, True, self.size_of(params), job.stop_at, scheduled=scheduled
+            job.trial_id,
+            job.number,
+            True,
+            self.size_of(frozen.params),
+            job.stop_at,
+            scheduled=scheduled,
+            lineage=lineage_of(frozen.user_attrs),
         )
 
     def count_resume(self, trial_id: int) -> None:
@@ -148,7 +160,12 @@ class Scheduling:
         if job.replaces is not None:
             self.end(job.replaces)
         return Ready(
-            trial_id_of(trial), trial.number, True, self.size_of(trial.params), job.stop_at
+            trial_id_of(trial),
+            trial.number,
+            True,
+            self.size_of(trial.params),
+            job.stop_at,
+            lineage=lineage_of(job.attrs),
         )
 
     def take_decided(self) -> None:
@@ -177,9 +194,9 @@ class Scheduling:
         set); whether it was one."""
         if self.scheduler is None:
             return False
-        if not (isinstance(result, TrialOutcome) and result.state == "PAUSED"):
-            state = result.state if isinstance(result, TrialOutcome) else "FAIL"
-            self.scheduler.ended(info.number, state if future.status == "finished" else "FAIL")
+        if not (isinstance(result, TrialOutcome) and result.state is OutcomeState.PAUSED):
+            told = isinstance(result, TrialOutcome) and future.status == "finished"
+            self.scheduler.ended(info.number, result.state.told if told else TrialState.FAIL)
             self.take_decided()
             return False
         value: Any = result.value
@@ -195,8 +212,10 @@ class Scheduling:
 
     def end(self, end: Ended) -> None:
         """End a trial the scheduler gives up on (tell it, count it)."""
-        outcome = TrialOutcome(end.number, end.state, value=end.value, reason=end.reason)
-        if end.state == "PRUNED":
+        outcome = TrialOutcome(
+            end.number, OutcomeState.of(end.state), value=end.value, reason=end.reason
+        )
+        if end.state == TrialState.PRUNED:
             outcome.last_step = self.prune_point(end.trial_id)
         self.host.tell(InFlight(end.number, end.trial_id, 0.0), outcome)
         self.host.count_outcome(outcome)

@@ -159,7 +159,7 @@ class PoolShare:
             self.storage.set_trial_user_attr(info.trial_id, tag.PREEMPTED, reason or "preempted")
         except Exception as exc:  # the trial resumes anyway
             log.debug("trial %d not marked preempted: %s", info.number, exc)
-        return Ready(info.trial_id, info.number, resume=True, size=info.size, stop_at=info.stop_at)
+        return info.again()
 
     def figures(self) -> Iterator[tuple[str, str, str, dict[str, str], float]]:
         """The study's place in the pool for Prometheus (see :mod:`hpsearch.metrics`)."""

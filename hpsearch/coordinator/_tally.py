@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpsearch.coordinator._progress import Progress
-from hpsearch.trial import TrialOutcome
+from hpsearch.trial import OutcomeState, TrialOutcome
 
 
 class Tally:
@@ -60,13 +60,13 @@ class Tally:
     def ended(self, outcome: TrialOutcome, *, running: int) -> None:
         """Update the counts from one ended trial (no storage read on the per-trial path)."""
         p = self.progress
-        if outcome.state == "COMPLETE":
+        if outcome.state is OutcomeState.COMPLETE:
             p.complete += 1
             if outcome.values is not None:
                 self._note_values(outcome.trial_number, outcome.values)
             elif outcome.value is not None:
                 self._note_value(outcome.trial_number, outcome.value)
-        elif outcome.state == "PRUNED":
+        elif outcome.state is OutcomeState.PRUNED:
             p.pruned += 1
         else:
             p.failed += 1

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from hpsearch.trial import OutcomeState
+
 if TYPE_CHECKING:
     from hpsearch.simulation._run import Simulation
     from hpsearch.spec import StudySpec
@@ -64,7 +66,7 @@ def variant(spec: StudySpec, *, method: str, workers: int, seed: int) -> StudySp
 
 def anytime(sim: Simulation, maximize: bool) -> list[tuple[float, float]]:
     """The best final value found by each virtual second: ``(time, best)`` at each change."""
-    ended = {s["trial"]: s["end"] for s in sim.segments if s["state"] == "COMPLETE"}
+    ended = {s["trial"]: s["end"] for s in sim.segments if s["state"] == OutcomeState.COMPLETE}
     points = sorted(
         (ended[t.number], t.value)
         for t in sim.study.get_trials(deepcopy=False)

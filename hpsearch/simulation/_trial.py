@@ -18,10 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.search.schedulers import FROM_EPOCH, PARENT_TRIAL
 from hpsearch.simulation._cluster import TrialSegment
 from hpsearch.tracking import tag
-from hpsearch.trial import TrialOutcome
+from hpsearch.trial import OutcomeState, TrialOutcome
 
 if TYPE_CHECKING:
     import optuna
@@ -83,7 +82,7 @@ class TrialRunner:
         number = task.trial_number
         start_epoch = self.checkpoints.get(number)
         if start_epoch is None:
-            start_epoch = self._continued(number, frozen.user_attrs)
+            start_epoch = self._continued(number, task.lineage)
         segment = TrialSegment(
             future, number, worker.address, self.cluster.now, start_epoch, attempt
         )
@@ -103,11 +102,11 @@ class TrialRunner:
             self._next_epoch(state, start_epoch + 1, self.cluster.now + self.startup)
         return segment
 
-    def _continued(self, number: int, attrs: dict[str, Any]) -> int:
+    def _continued(self, number: int, lineage: tuple[int, int] | None) -> int:
         """A continuation's first epoch: its parent's, whose checkpoint it starts from."""
-        if attrs.get(PARENT_TRIAL) is None:
+        if lineage is None:
             return 0
-        epoch = int(attrs[FROM_EPOCH])
+        epoch = lineage[1]
         self.checkpoints[number] = epoch
         return epoch
 
@@ -149,7 +148,9 @@ class TrialRunner:
         if reason is None:
             return False
         self.checkpoints[state.segment.number] = epoch
-        self._end(state, TrialOutcome(state.segment.number, "PREEMPTED", reason=reason), epoch)
+        self._end(
+            state, TrialOutcome(state.segment.number, OutcomeState.PREEMPTED, reason=reason), epoch
+        )
         return True
 
     def _checkpoint_due(self, state: _Running, epoch: int, now: float) -> bool:
@@ -174,7 +175,9 @@ class TrialRunner:
         )
         for key, attr in ((tag.PRUNE_STEP, epoch), (tag.PRUNE_VALUE, value)):
             self.storage.set_trial_user_attr(state.trial_id, key, attr)
-        self._end(state, TrialOutcome(segment_number(state), "PRUNED", reason=reason), epoch)
+        self._end(
+            state, TrialOutcome(segment_number(state), OutcomeState.PRUNED, reason=reason), epoch
+        )
         return True
 
     def _reached(self, state: _Running, epoch: int) -> None:
@@ -182,12 +185,14 @@ class TrialRunner:
         value = float(state.curve[0][epoch - 1])
         number = segment_number(state)
         if epoch < self.spec.objective.epochs:
-            outcome = TrialOutcome(number, "PAUSED", value=value)
+            outcome = TrialOutcome(number, OutcomeState.PAUSED, value=value)
         else:
             if not math.isfinite(value):
-                outcome = TrialOutcome(number, "FAIL", reason=f"{self.spec.metric} is {value}")
+                outcome = TrialOutcome(
+                    number, OutcomeState.FAIL, reason=f"{self.spec.metric} is {value}"
+                )
             else:
-                outcome = TrialOutcome(number, "COMPLETE", value=value)
+                outcome = TrialOutcome(number, OutcomeState.COMPLETE, value=value)
         self._end(state, outcome, epoch)
 
     def _end(self, state: _Running, outcome: TrialOutcome, epoch: int) -> None:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from optuna.trial import TrialState
+
 from hpsearch._plotting import STATE_COLORS, TRANSFERRED_COLOR, _figure
 from hpsearch.tracking import tag
 
@@ -156,7 +158,7 @@ def plot_history(study: optuna.Study, *, metric: str) -> Figure:
     done = [
         t
         for t in study.get_trials(deepcopy=False)
-        if t.state.name == "COMPLETE" and t.value is not None
+        if t.state == TrialState.COMPLETE and t.value is not None
     ]
     maximize = study.direction.name == "MAXIMIZE"
     xs = [t.number for t in done]
@@ -216,7 +218,7 @@ def plot_importances(study: optuna.Study, *, metric: str) -> Figure:
     import optuna
 
     fig, ax = _figure(f"Hyperparameter importances for {metric}")
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     try:
         importances = optuna.importance.get_param_importances(study) if len(done) >= 2 else {}
     except (RuntimeError, ValueError):  # e.g. one parameter value only
@@ -243,7 +245,7 @@ def plot_parallel_coordinate(study: optuna.Study, *, metric: str) -> Figure:
     done = [
         t
         for t in study.get_trials(deepcopy=False)
-        if t.state.name == "COMPLETE" and t.value is not None
+        if t.state == TrialState.COMPLETE and t.value is not None
     ]
     names = sorted({k for t in done for k in t.params})
     if not done or not names:
@@ -420,7 +422,7 @@ def plot_pareto_front(study: optuna.Study, *, metrics: Sequence[str]) -> Figure:
     done = [
         t
         for t in study.get_trials(deepcopy=False)
-        if t.state.name == "COMPLETE" and t.values is not None
+        if t.state == TrialState.COMPLETE and t.values is not None
     ]
     front = {t.number for t in study.best_trials}
     feasible = [t for t in done if all(v <= 0.0 for v in t.constraints.values())]

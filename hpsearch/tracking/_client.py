@@ -17,7 +17,10 @@ from hpsearch.exceptions import TrackingError
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-#: MLflow run status for each final Optuna state.
+#: The MLflow status of a trial a scheduler paused (it runs again, or ends PRUNED, later).
+PAUSED_STATUS = "SCHEDULED"
+#: MLflow run status for each way a trial's attempt ends (a final Optuna state, or one that
+#: goes on later: see ``hpsearch.trial.OutcomeState``).
 RUN_STATUS = {
     "COMPLETE": "FINISHED",
     "PRUNED": "FINISHED",
@@ -27,9 +30,8 @@ RUN_STATUS = {
     # Preempted by a study with a better claim on a shared pool: it resumes later, as a
     # trial a scheduler paused does.
     "PREEMPTED": "SCHEDULED",
+    "PAUSED": PAUSED_STATUS,
 }
-#: The MLflow status of a trial a scheduler paused (it runs again, or ends PRUNED, later).
-PAUSED_STATUS = "SCHEDULED"
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}
 PARAM_VALUE_LIMIT = 6000
 

@@ -128,6 +128,7 @@ class StudyTracker:
         it), and a run still RUNNING (or with a stale state) is closed with the trial's state.
         """
         from mlflow.entities import Metric, Param, RunTag
+        from optuna.trial import TrialState
 
         target = self._target()
         client = self.client
@@ -169,7 +170,7 @@ class StudyTracker:
             if reason:
                 tags[tag.FAIL_REASON] = str(reason)[: tag.REASON_LIMIT]
             pruned = trial.user_attrs.get(tag.PRUNE_REASON)
-            if pruned and state == "PRUNED":  # a scheduler's decision, made by the coordinator
+            if pruned and trial.state == TrialState.PRUNED:  # a scheduler's decision
                 tags[tag.PRUNE_REASON] = str(pruned)[: tag.REASON_LIMIT]
                 for key in (tag.PRUNE_STEP, tag.PRUNE_VALUE):
                     if trial.user_attrs.get(key) is not None:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from hpsearch.tracking import _tags as tag
 from hpsearch.tracking._client import (
     MAX_BATCH,
-    PAUSED_STATUS,
     RUN_STATUS,
     TrackingTarget,
     get_client,
@@ -207,7 +206,7 @@ class TrialRun:
             # The trial's own end, not this write's: the writer may drain it much later.
             client.set_terminated(
                 run_id,
-                PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final],
+                RUN_STATUS[final],
                 end_time=self._end_ms,
             )
             self._closed = True
@@ -237,7 +236,7 @@ class TrialRun:
                 tags=merged,
                 params=params,
                 metrics=metrics,
-                status=PAUSED_STATUS if final == "PAUSED" else RUN_STATUS[final],
+                status=RUN_STATUS[final],
                 start_time=self._start_ms,
                 end_time=end,
             )

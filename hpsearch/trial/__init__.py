@@ -26,13 +26,14 @@ if TYPE_CHECKING:
         take_yield,
     )
     from hpsearch.trial._tracked import DistributedTrial, TrackedTrial, TrialPaused, step_reported
-    from hpsearch.trial._types import TrialContext, TrialOutcome, TrialTask
+    from hpsearch.trial._types import OutcomeState, TrialContext, TrialOutcome, TrialTask
 
 __all__ = [
     "STOP_FILE",
     "YIELD_DIR",
     "CheckpointStore",
     "DistributedTrial",
+    "OutcomeState",
     "RunLayout",
     "TrackedTrial",
     "TrialContext",
@@ -84,6 +85,7 @@ __getattr__ = lazy_attributes(
             "step_reported",
         ),
         "._types": (
+            "OutcomeState",
             "TrialContext",
             "TrialOutcome",
             "TrialTask",

@@ -31,6 +31,12 @@ class RunLayout:
     def of(cls, run_dir: str | os.PathLike[str] | None, study_name: str) -> RunLayout:
         return cls(Path(run_dir or DEFAULT_RUN_DIR).absolute(), study_name)
 
+    @classmethod
+    def of_study_dir(cls, study_dir: str | os.PathLike[str]) -> RunLayout:
+        """The layout of the study whose folder is ``study_dir`` (``RUN_DIR/NAME``)."""
+        path = Path(study_dir).absolute()
+        return cls(path.parent, path.name)
+
     @property
     def study_dir(self) -> Path:
         return self.run_dir / self.study_name

@@ -10,20 +10,78 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.trial._stop import TrialStopped, yield_requested
 
 if TYPE_CHECKING:
+    from optuna.trial import TrialState
+
     from hpsearch.spec import StudySpec
     from hpsearch.storage import ProxyAddress
     from hpsearch.tracking import TrackingTarget, TrialRun
 
 
+class OutcomeState(str, Enum):
+    """How a trial's attempt on a worker ended.
+
+    Three end the trial in the study (:attr:`COMPLETE`, :attr:`PRUNED`, :attr:`FAIL`, as
+    Optuna's ``TrialState`` of the same names); three leave it to run again later:
+    :attr:`PAUSED` (a scheduler's pause, at ``last_step``), :attr:`INTERRUPTED` (the run
+    asked its trials to stop) and :attr:`PREEMPTED` (it yielded its devices to another study
+    of the pool). A ``str`` enum: the MLflow tag ``hpsearch.state`` holds its value.
+    """
+
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+    PAUSED = "PAUSED"
+    INTERRUPTED = "INTERRUPTED"
+    PREEMPTED = "PREEMPTED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ends_trial(self) -> bool:
+        """Whether the study is told of it (the trial does not run again)."""
+        return self in _ENDING
+
+    @property
+    def told(self) -> TrialState:
+        """The state the study is told (COMPLETE, PRUNED or FAIL)."""
+        from optuna.trial import TrialState
+
+        if not self.ends_trial:
+            raise ValueError(f"a {self.value} trial goes on: the study is told nothing")
+        return TrialState[self.value]
+
+    @classmethod
+    def of(cls, state: TrialState) -> OutcomeState:
+        """The outcome of a trial ended in the study as ``state``."""
+        return cls(state.name)
+
+    @property
+    def goes_on(self) -> bool:
+        """Whether the trial runs again later from its checkpoint (paused, interrupted or
+        preempted)."""
+        return not self.ends_trial
+
+
+_ENDING = frozenset({OutcomeState.COMPLETE, OutcomeState.PRUNED, OutcomeState.FAIL})
+
+
 @dataclass
 class TrialTask:
-    """Everything a worker needs to run one trial (picklable)."""
+    """Everything a worker needs to run one trial (picklable).
+
+    What the coordinator decided travels as plain values (the devices of the trial, whether
+    it resumes, where it pauses, whose checkpoint it continues, where checkpoints go): the
+    worker acts on them and never derives them again from :attr:`spec`, which is there for
+    the objective (:attr:`TrialContext.spec`).
+    """
 
     study_name: str
     trial_id: int
@@ -52,6 +110,26 @@ class TrialTask:
     relative: dict[str, tuple[Any, Any]] | None = None
     #: The version of the study's spec the trial runs under (see :mod:`hpsearch.search._carry`).
     spec_version: int | None = None
+    #: The folder of the study's checkpoints (:attr:`hpsearch.trial.RunLayout.checkpoints`;
+    #: by default the one of :attr:`study_dir`).
+    checkpoint_dir: str = ""
+    #: Population-based training: the trial and epoch whose checkpoint this trial continues
+    #: (None: it starts from its own, or from scratch).
+    lineage: tuple[int, int] | None = None
+    #: Whether a pause keeps a snapshot of the checkpoint at its epoch (population-based
+    #: training: the continuations of that epoch copy it).
+    snapshot_pauses: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_dir:
+            from hpsearch.trial._layout import RunLayout
+
+            self.checkpoint_dir = str(RunLayout.of_study_dir(self.study_dir).checkpoints)
+
+    @property
+    def devices_wanted(self) -> int:
+        """How many devices the trial trains across (a fraction of one device is one)."""
+        return max(1, int(self.size or 1))
 
 
 @dataclass
@@ -59,7 +137,7 @@ class TrialOutcome:
     """How a trial ended, as the worker saw it."""
 
     trial_number: int
-    state: str  # COMPLETE | PRUNED | FAIL, or PAUSED (at step last_step, value its report)
+    state: OutcomeState  # PAUSED: at step last_step, value its report there
     value: float | None = None
     #: A multi-objective trial's values, one per metric (``value`` is then None).
     values: list[float] | None = None
@@ -73,6 +151,9 @@ class TrialOutcome:
     #: The worker is going away (its batch job ends): the coordinator retires it before it
     #: places another trial, so that none lands there.
     retire: bool = False
+
+    def __post_init__(self) -> None:
+        self.state = OutcomeState(self.state)  # its name, from a caller that wrote it
 
 
 @dataclass

@@ -13,7 +13,14 @@ import optuna
 
 from hpsearch.cluster import ENV_THREADS, WorkerDevices
 from hpsearch.exceptions import TrialDiverged, TrialOutOfMemory
-from hpsearch.trial import DistributedTrial, TrialContext, TrialOutcome, TrialStopped, TrialTask
+from hpsearch.trial import (
+    DistributedTrial,
+    RunLayout,
+    TrialContext,
+    TrialOutcome,
+    TrialStopped,
+    TrialTask,
+)
 from hpsearch.worker._runner import _objective, _wants_context, execute
 
 
@@ -64,7 +71,7 @@ def run_rank(payload: dict[str, Any]) -> TrialOutcome | None:
 
             # This process may be ended with its pool: leave nothing unwritten, or else on disk.
             if flush(60.0):
-                spool(Path(task.study_dir) / "tracking-backlog")
+                spool(RunLayout.of_study_dir(task.study_dir).tracking_backlog)
             return outcome
         _follow(
             task,
@@ -94,7 +101,7 @@ def _follow(
         devices=local,
         n_threads=n_threads,
         study_dir=Path(task.study_dir),
-        checkpoint_dir=Path(task.study_dir) / "checkpoints",
+        checkpoint_dir=Path(task.checkpoint_dir),
         worker="",
         resumed=task.resume,
         run=None,

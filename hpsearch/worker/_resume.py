@@ -16,10 +16,10 @@ ends it COMPLETE with its own final values, read from
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.tracking import tag
+from hpsearch.trial import OutcomeState
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def outcome_record(outcome: TrialOutcome) -> dict[str, Any]:
     """The user attribute that keeps a complete trial's outcome in the study."""
     values = outcome.values if outcome.values is not None else [outcome.value]
-    return {"state": outcome.state, "values": [float(v) for v in values if v is not None]}
+    return {"state": outcome.state.value, "values": [float(v) for v in values if v is not None]}
 
 
 def record_outcome(tracked: TrackedTrial, outcome: TrialOutcome) -> None:
@@ -42,7 +42,7 @@ def record_outcome(tracked: TrackedTrial, outcome: TrialOutcome) -> None:
 def finished_values(task: TrialTask, frozen: FrozenTrial) -> list[float] | None:
     """The final values of a trial that already ran to its end (None: it has work left)."""
     recorded = frozen.user_attrs.get(tag.OUTCOME)
-    if isinstance(recorded, dict) and recorded.get("state") == "COMPLETE":
+    if isinstance(recorded, dict) and recorded.get("state") == OutcomeState.COMPLETE.value:
         return [float(v) for v in recorded["values"]]
     spec = task.spec
     if not (spec.is_user_objective or task.objective is not None):
@@ -63,7 +63,7 @@ def _checkpointed_step(task: TrialTask) -> int | None:
     """The step of a user objective's last checkpoint (``ctx.save_checkpoint(state, step)``)."""
     from hpsearch.trial import CheckpointStore
 
-    store = CheckpointStore(Path(task.study_dir) / "checkpoints", task.trial_number)
+    store = CheckpointStore(task.checkpoint_dir, task.trial_number)
     if not (store.latest.exists() or store.previous.exists()):
         return None  # no torch import for a trial that never saved one
     saved = store.load()

@@ -1,12 +1,14 @@
 """The trial runner: what a Dask worker executes for one trial.
 
-A trial task carries plain values (the spec, the trial's id, where the study and the
-tracking store are). The runner opens the study through the coordinator's gRPC storage
-proxy, so the objective holds a real :class:`optuna.Trial`: ``suggest_*`` returns the
-parameters the coordinator asked for, ``report`` and ``should_prune`` reach the study, and
-every report is mirrored to the trial's MLflow run. The runner never raises for a trial's
-own failure: it returns a :class:`~hpsearch.trial._types.TrialOutcome` and the coordinator tells
-Optuna.
+A trial task carries plain values: what the coordinator decided (the trial's devices,
+whether it resumes, where it pauses, whose checkpoint it continues, where checkpoints go),
+where the study and the tracking store are, and the spec for the objective. The runner opens
+the study through the coordinator's gRPC storage proxy, so the objective holds a real
+:class:`optuna.Trial`: ``suggest_*`` returns the parameters the coordinator asked for,
+``report`` and ``should_prune`` reach the study, and every report is mirrored to the trial's
+MLflow run. The runner never raises for a trial's own failure: it prepares the attempt, runs
+the objective, and maps how it ended to a :class:`~hpsearch.trial.TrialOutcome`
+(:mod:`hpsearch.worker._outcome`); the coordinator tells Optuna.
 
 Dask runs :func:`run_trial`, :func:`flush_tracking`, :func:`spool_tracking` on the workers.
 """
@@ -14,20 +16,18 @@ Dask runs :func:`run_trial`, :func:`flush_tracking`, :func:`spool_tracking` on t
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from hpsearch.cluster import WorkerDevices, lease_devices, release_memory
-from hpsearch.exceptions import TrialDiverged, failure_reason
 from hpsearch.metrics import end_trial, trial_figures
 from hpsearch.search import cached_trial
 from hpsearch.spec import DeviceId
@@ -36,25 +36,19 @@ from hpsearch.tracking import TrialRun, tag
 from hpsearch.training import device_share
 from hpsearch.trial import (
     DistributedTrial,
+    OutcomeState,
     TrackedTrial,
     TrialContext,
     TrialOutcome,
     TrialPaused,
-    TrialStopped,
     TrialTask,
     ending,
-    fault_point,
     running,
-    take_yield,
 )
 from hpsearch.worker import warm
 from hpsearch.worker._continuation import continue_parent, lineage_tags
-from hpsearch.worker._resume import (
-    ended_before,
-    finished_values,
-    pause_reached,
-    record_outcome,
-)
+from hpsearch.worker._outcome import Attempt, outcome_of
+from hpsearch.worker._resume import ended_before, finished_values, pause_reached
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -126,11 +120,6 @@ def _wants_context(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
-def trial_size(task: TrialTask) -> int:
-    """How many devices this trial trains across."""
-    return max(1, int(task.size or task.spec.trial_size))
-
-
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial on this worker's devices and say how it ended (never raises for the trial)."""
     warm.wait()  # the imports this worker started: never the same import on two threads
@@ -145,10 +134,9 @@ def run_trial(task: TrialTask) -> TrialOutcome:
 
 def _run_trial(task: TrialTask) -> TrialOutcome:
     devices = WorkerDevices.from_env()
-    size = trial_size(task)
+    size = task.devices_wanted
     with lease_devices(devices, size, owner=f"trial {task.trial_number}") as ids:
-        pbt = task.spec.search.scheduler == "pbt"
-        missing = continue_parent(task, _worker_study(task)) if pbt else None
+        missing = continue_parent(task)
         if missing is not None:
             return _failed_before_start(task, missing, "MissingCheckpoint")
         threads = devices.rank_threads(size)
@@ -192,7 +180,11 @@ def _run_ranks(
     )
     if isinstance(result, TrialOutcome) and (
         failure is None
-        or (result.state == "FAIL" and _peer_lost(failure.reason) and not _peer_lost(result.reason))
+        or (
+            result.state is OutcomeState.FAIL
+            and _peer_lost(failure.reason)
+            and not _peer_lost(result.reason)
+        )
     ):
         # Rank 0's own outcome; also when another rank then failed only because rank 0 left
         # their collective (rank 0 raised first: its error is the trial's reason).
@@ -205,7 +197,7 @@ def _run_ranks(
         first = f"{first} (objective.trial_timeout); its processes were killed"
     outcome = TrialOutcome(
         task.trial_number,
-        "FAIL",
+        OutcomeState.FAIL,
         reason=first,
         error_type="TrialTimeout" if timed_out else "RankFailure",
         worker=_worker_address(),
@@ -232,7 +224,7 @@ def _failed_before_start(task: TrialTask, reason: str, error_type: str) -> Trial
     run.finish("FAIL")
     return TrialOutcome(
         task.trial_number,
-        "FAIL",
+        OutcomeState.FAIL,
         reason=reason,
         error_type=error_type,
         worker=_worker_address(),
@@ -271,213 +263,158 @@ def execute(
     world_size: int = 1,
     worker: str | None = None,
 ) -> TrialOutcome:
-    """Run the objective in this process: the trial's only rank, or its rank 0."""
-    start = time.perf_counter()
+    """Run the objective in this process (the trial's only rank, or its rank 0) and say how
+    it ended: prepare the attempt, run it, map its end to an outcome, close its run."""
+    attempt = _prepare(task, devices.label(device_ids), world_size, worker)
+    place = _Place(devices, device_ids, local, n_threads, rank, world_size)
+    outcome = outcome_of(attempt, lambda: _run(attempt, place))
+    _finish(attempt, outcome)
+    return outcome
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where an attempt runs: its devices, threads, and rank in its trial."""
+
+    devices: WorkerDevices
+    device_ids: list[DeviceId]
+    local: list[str]
+    n_threads: int
+    rank: int
+    world_size: int
+
+
+def _prepare(task: TrialTask, labels: str, world_size: int, worker: str | None) -> Attempt:
+    """Count the attempt in the study and open the trial's run (resumed where it ran
+    before); an unreachable study is not raised here: the run records why it failed."""
     worker, pid = worker or _worker_address(), os.getpid()
-    spec = task.spec
-    outcome = TrialOutcome(task.trial_number, "FAIL", worker=worker, pid=pid)
+    study: optuna.Study | None = None
     try:
         study = _worker_study(task)
         attempt = _count_attempt(study, task.trial_id)
-    except Exception:  # the study is unreachable: the run below records why
+    except Exception:
         study, attempt = None, 1
     resumed = task.resume or attempt > 1
-    own_loop = spec.is_user_objective or task.objective is not None  # not the built-in one
-    # The trial's latest throughput, where the study's metrics poller finds it.
-    figures = trial_figures(task.study_name, task.trial_number)
     run = TrialRun(
         task.tracking,
         task.trial_number,
         tags={
             tag.WORKER: worker,
             tag.PID: pid,
-            tag.DEVICES: devices.label(device_ids),
+            tag.DEVICES: labels,
             tag.WORLD_SIZE: world_size,
             tag.ATTEMPT: attempt,
-            **lineage_tags(task, study),
+            **lineage_tags(task),
             **({tag.SPEC_VERSION: task.spec_version} if task.spec_version else {}),
         },
         resume=resumed,
     )
-    tracked: TrackedTrial | None = None
-    try:
-        if study is None:
-            study = _worker_study(task)
-        tracked = TrackedTrial(
-            study,
-            task.trial_id,
-            run=run,
-            metric=spec.metric,
-            pruner_name=spec.search.pruner.name,
-            metrics=spec.metrics,
-            stop_at=task.stop_at,
-            relative=task.relative,
-            study_dir=task.study_dir,
-            stop_on_report=own_loop and world_size == 1,
-        )
-        if world_size == 1 and tracked.pause_reached():
-            # Trained up to its pause already (run_trial checks a trial of several ranks).
-            raise TrialPaused(int(task.stop_at or 0))
-        trial: Any = (
-            tracked
-            if world_size == 1
-            else DistributedTrial(
-                tracked,
-                number=task.trial_number,
-                study_dir=task.study_dir,
-                stop_on_report=own_loop,
-            )
-        )
-        run.log_params({**spec.objective.params, **tracked.params})
-        source = cached_trial(tracked).user_attrs.get(tag.TRANSFERRED_FROM)
-        if source is not None:  # a warm start's configuration, from an earlier study
-            run.set_tags({tag.TRANSFERRED_FROM: source})
-        ctx = TrialContext(
-            spec=spec,
-            trial_number=task.trial_number,
-            devices=local,
-            n_threads=n_threads,
-            study_dir=Path(task.study_dir),
-            checkpoint_dir=Path(task.study_dir) / "checkpoints",
-            worker=worker,
-            resumed=resumed,
-            run=run,
-            rank=rank,
-            world_size=world_size,
-            device_ids=devices.label(device_ids).split(","),
-            stop_at=task.stop_at,
-            figures=figures,
-            reports_written=trial.flush_reports,
-        )
-        finished = (
-            finished_values(task, cached_trial(tracked)) if resumed and world_size == 1 else None
-        )
+    # The trial's latest throughput, where the study's metrics poller finds it.
+    figures = trial_figures(task.study_name, task.trial_number)
+    return Attempt(task, run, worker, pid, study, resumed, figures)
+
+
+def _own_loop(task: TrialTask) -> bool:
+    """Whether the objective is the user's (not a built-in one, which has its own loop)."""
+    return task.spec.is_user_objective or task.objective is not None
+
+
+def _run(attempt: Attempt, place: _Place) -> Any:
+    """Run the objective (or nothing, where an earlier attempt reached the end); its return."""
+    task = attempt.task
+    tracked = _track(attempt, place.world_size)
+    if place.world_size == 1 and tracked.pause_reached():
+        # Trained up to its pause already (run_trial checks a trial of several ranks).
+        raise TrialPaused(int(task.stop_at or 0))
+    trial = attempt.trial
+    attempt.run.log_params({**task.spec.objective.params, **tracked.params})
+    source = cached_trial(tracked).user_attrs.get(tag.TRANSFERRED_FROM)
+    if source is not None:  # a warm start's configuration, from an earlier study
+        attempt.run.set_tags({tag.TRANSFERRED_FROM: source})
+    if attempt.resumed and place.world_size == 1:
+        finished = finished_values(task, cached_trial(tracked))
         if finished is not None:  # it ran to its end before: nothing to train
-            value: Any = finished if spec.is_multi_objective else finished[0]
-        else:
-            objective = _objective(task)
-            if "torch" in sys.modules:  # as its environment says, whatever imported torch first
-                sys.modules["torch"].set_num_threads(ctx.n_threads)
-            share = spec.trial_devices if own_loop else 1.0  # built-ins: MemoryMonitor
-            with device_share(local[0], share):  # packed with other trials on its device
-                value = objective(trial, ctx) if _wants_context(objective) else objective(trial)
-        if spec.is_multi_objective or spec.constraints:
-            from hpsearch.search.pareto import apply_constraints, objective_values
+            return finished if task.spec.is_multi_objective else finished[0]
+    ctx = _context(attempt, place, reports_written=trial.flush_reports)
+    objective = _objective(task)
+    if "torch" in sys.modules:  # as its environment says, whatever imported torch first
+        sys.modules["torch"].set_num_threads(ctx.n_threads)
+    share = task.spec.trial_devices if _own_loop(task) else 1.0  # built-ins: MemoryMonitor
+    with device_share(place.local[0], share):  # packed with other trials on its device
+        return objective(trial, ctx) if _wants_context(objective) else objective(trial)
 
-            values = objective_values(value, spec)
-            if spec.is_user_objective:  # a built-in objective sets them from all its metrics
-                apply_constraints(trial, spec, dict(zip(spec.metrics, values, strict=True)))
-            value = values if spec.is_multi_objective else values[0]
-        if spec.is_multi_objective:
-            outcome.state, outcome.values = "COMPLETE", list(value)
-        else:
-            value = float(value)
-            if not math.isfinite(value):
-                raise TrialDiverged(
-                    f"objective returned {value}", step=tracked.last_step, value=value
-                )
-            outcome.state, outcome.value = "COMPLETE", value
-        record_outcome(tracked, outcome)
-        fault_point("after_return", task.trial_number, tracked.last_step or 0)
-    except TrialStopped as exc:  # the run asked its trials to stop: not ended, resumes later
-        outcome.state, outcome.last_step = "INTERRUPTED", exc.step
-        preempted = take_yield(task.study_dir, task.trial_number)
-        if preempted is not None:  # this trial alone, for another study on the pool
-            outcome.state, outcome.reason = "PREEMPTED", preempted
-            run.set_tags({tag.PREEMPTED: preempted})
-    except optuna.TrialPruned as exc:
-        paused = _paused_at(tracked, exc)
-        if paused is not None and tracked is not None:
-            outcome.state, outcome.last_step = "PAUSED", paused
-            frozen = cached_trial(tracked)
-            if spec.is_multi_objective:  # every objective's values at the rung
-                from hpsearch.search.pareto import step_constraints, step_values
 
-                outcome.values = step_values(frozen).get(paused)
-                outcome.extra["constraints"] = step_constraints(
-                    frozen, paused, spec.constraints, spec.metrics
-                )
-            else:
-                outcome.value = frozen.intermediate_values.get(paused)
-            run.set_tags({tag.PAUSED_AT: paused})
-            fault_point("in_pause", task.trial_number, paused, study_dir=task.study_dir)
-            if spec.search.scheduler == "pbt":  # kept for the continuations of this epoch
-                from hpsearch.trial import snapshot
-
-                snapshot(Path(task.study_dir) / "checkpoints", task.trial_number, paused)
-            _finish(task, tracked, run, outcome, start, figures)
-            return outcome
-        outcome.state = "PRUNED"
-        decision = tracked.prune_decision if tracked is not None else None
-        if decision is None:  # pruned without asking should_prune
-            step = tracked.last_step if tracked is not None else None
-            decision = {
-                "step": step,
-                "value": None,
-                "reason": f"the objective raised TrialPruned ({exc})"
-                if str(exc)
-                else "the objective raised TrialPruned",
-            }
-        outcome.last_step = decision["step"]
-        outcome.reason = decision["reason"]
-        tags = {tag.PRUNE_REASON: decision["reason"]}
-        if decision["step"] is not None:
-            tags[tag.PRUNE_STEP] = decision["step"]
-        if decision["value"] is not None:
-            tags[tag.PRUNE_VALUE] = decision["value"]
-        run.set_tags(tags)
-    except Exception as exc:
-        from hpsearch.training import is_oom
-
-        outcome.error_type = type(exc).__name__
-        if is_oom(exc) and not isinstance(exc, TrialDiverged):
-            outcome.reason = f"out of memory: {exc}"
-        else:
-            outcome.reason = failure_reason(exc)
-        tb = traceback.format_exc()
-        run.set_tags(
-            {
-                tag.FAIL_REASON: outcome.reason[: tag.REASON_LIMIT],
-                tag.ERROR_TYPE: outcome.error_type,
-                tag.ERROR_MESSAGE: str(exc)[: tag.REASON_LIMIT],
-            }
+def _track(attempt: Attempt, world_size: int) -> TrackedTrial:
+    """The trial as it reports to the study and the run; a data-parallel trial's rank 0
+    wraps it so that every rank follows its decisions."""
+    task, spec = attempt.task, attempt.task.spec
+    if attempt.study is None:
+        attempt.study = _worker_study(task)
+    tracked = attempt.tracked = TrackedTrial(
+        attempt.study,
+        task.trial_id,
+        run=attempt.run,
+        metric=spec.metric,
+        pruner_name=spec.search.pruner.name,
+        metrics=spec.metrics,
+        stop_at=task.stop_at,
+        relative=task.relative,
+        study_dir=task.study_dir,
+        stop_on_report=_own_loop(task) and world_size == 1,
+    )
+    attempt.trial = (
+        tracked
+        if world_size == 1
+        else DistributedTrial(
+            tracked,
+            number=task.trial_number,
+            study_dir=task.study_dir,
+            stop_on_report=_own_loop(task),
         )
-        run.log_text(tb, "traceback.txt")
-        outcome.extra["traceback"] = tb
-    _finish(task, tracked, run, outcome, start, figures)
-    return outcome
+    )
+    return tracked
 
 
-def _paused_at(tracked: TrackedTrial | None, exc: BaseException) -> int | None:
-    """The step a scheduler paused the trial at, or None when it was pruned."""
-    if isinstance(exc, TrialPaused):
-        return exc.step
-    return tracked.paused_at if tracked is not None else None
+def _context(attempt: Attempt, place: _Place, reports_written: Callable[[], None]) -> TrialContext:
+    task = attempt.task
+    return TrialContext(
+        spec=task.spec,
+        trial_number=task.trial_number,
+        devices=place.local,
+        n_threads=place.n_threads,
+        study_dir=Path(task.study_dir),
+        checkpoint_dir=Path(task.checkpoint_dir),
+        worker=attempt.worker,
+        resumed=attempt.resumed,
+        run=attempt.run,
+        rank=place.rank,
+        world_size=place.world_size,
+        device_ids=place.devices.label(place.device_ids).split(","),
+        stop_at=task.stop_at,
+        figures=attempt.figures,
+        reports_written=reports_written,
+    )
 
 
-def _finish(
-    task: TrialTask,
-    tracked: TrackedTrial | None,
-    run: TrialRun,
-    outcome: TrialOutcome,
-    start: float,
-    figures: dict[str, float],
-) -> None:
+def _finish(attempt: Attempt, outcome: TrialOutcome) -> None:
+    """Close the attempt: its reports in the study, its parameters and duration on the run,
+    the run ended with the outcome's state."""
+    tracked, run, task = attempt.tracked, attempt.run, attempt.task
     if tracked is not None:
         try:
             tracked.flush_reports()  # every report is in the study before the coordinator tells
         except Exception as exc:
-            outcome.state, outcome.value = "FAIL", None
+            outcome.state, outcome.value = OutcomeState.FAIL, None
             outcome.reason = f"could not report to the study: {type(exc).__name__}: {exc}"
         outcome.last_step = (
             outcome.last_step if outcome.last_step is not None else tracked.last_step
         )
         run.log_params(tracked.params)  # parameters suggested inside the objective
-    outcome.duration_s = time.perf_counter() - start
-    outcome.extra.update(figures)
+    outcome.duration_s = time.perf_counter() - attempt.start
+    outcome.extra.update(attempt.figures)
     end_trial(task.study_name, task.trial_number)
     run.finish(outcome.state)
-    if outcome.state in ("PAUSED", "INTERRUPTED", "PREEMPTED"):
+    if outcome.state.goes_on:
         # The trial goes on later, maybe on another worker, which finds its run by the trial
         # number: the run must be in the store by then (a short attempt's run is created only
         # as it ends), or the next attempt would create a second one.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from optuna.trial import TrialState
+
 from hpsearch.search.pareto._fronts import (
     VALUES_ATTR,
     RungRanking,
@@ -95,7 +97,7 @@ class ParetoPruner:
             return None
         others, violations = [], []
         for t in study.get_trials(deepcopy=False):
-            if t.number == number or t.state.name in ("FAIL", "WAITING"):
+            if t.number == number or t.state in (TrialState.FAIL, TrialState.WAITING):
                 continue
             at = t.user_attrs.get(f"{VALUES_ATTR}{step}")
             if isinstance(at, list) and len(at) == len(values):

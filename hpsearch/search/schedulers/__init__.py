@@ -24,6 +24,7 @@ from hpsearch.search.schedulers._base import (
     Ended,
     Job,
     Scheduler,
+    lineage_of,
 )
 from hpsearch.search.schedulers._mo_asha import (
     ParetoAshaScheduler,
@@ -62,6 +63,7 @@ __all__ = [
     "cutoff",
     "exploit",
     "has_lineage",
+    "lineage_of",
     "pareto_order",
     "perturb",
     "plot_lineage",

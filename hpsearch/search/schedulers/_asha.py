@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from optuna.trial import TrialState
+
 from hpsearch.search._optuna import trial_id_of
 from hpsearch.search.schedulers._base import PAUSED_AT, TARGET, Ended, Job
 
@@ -88,6 +90,8 @@ class AshaScheduler:
     """Promotion-based ASHA over ``brackets`` brackets (trial ``n`` is in bracket
     ``n % brackets``)."""
 
+    snapshots = False  # a promoted trial resumes from its own latest checkpoint
+
     def __init__(
         self,
         *,
@@ -136,7 +140,7 @@ class AshaScheduler:
             bisect.insort(bracket.order[rung], key)
             bisect.insort(bracket.waiting[rung], key)
 
-    def ended(self, number: int, state: str) -> None:
+    def ended(self, number: int, state: TrialState) -> None:
         self._unwait(number)
 
     def _unwait(self, number: int) -> tuple[int, int] | None:
@@ -195,7 +199,7 @@ class AshaScheduler:
             return []
         out = []
         for number, (trial_id, rung) in sorted(self.waiting.items()):
-            out.append(Ended(number, trial_id, "PRUNED", self.reason(number, rung)))
+            out.append(Ended(number, trial_id, TrialState.PRUNED, self.reason(number, rung)))
         self.waiting.clear()
         for bracket in self.brackets:
             bracket.waiting = [[] for _ in bracket.rungs]
@@ -225,8 +229,6 @@ class AshaScheduler:
     def restore(self, trials: Sequence[FrozenTrial]) -> list[Job]:
         """Rebuild the rungs from the values the study holds; paused trials wait again, and
         trials that were running (their coordinator stopped) run again to their target."""
-        from optuna.trial import TrialState
-
         again: list[Job] = []
         for t in trials:
             bracket = self._bracket(t.number)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from optuna.trial import TrialState
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -21,13 +23,21 @@ PARENT_TRIAL = "parent_trial"
 FROM_EPOCH = "from_epoch"
 
 
+def lineage_of(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The trial and epoch whose checkpoint a continuation starts from, from its user
+    attributes (None: it continues no other trial)."""
+    if attrs.get(PARENT_TRIAL) is None:
+        return None
+    return int(attrs[PARENT_TRIAL]), int(attrs[FROM_EPOCH])
+
+
 @dataclass
 class Ended:
     """A paused trial the scheduler ends, and why."""
 
     number: int
     trial_id: int
-    state: str  # PRUNED (never promoted, or replaced) or COMPLETE
+    state: TrialState  # PRUNED (never promoted, or replaced) or COMPLETE
     reason: str
     value: float | None = None
 
@@ -48,6 +58,10 @@ class Job:
 
 
 class Scheduler(Protocol):
+    #: Whether a trial's pause keeps a snapshot of its checkpoint at that epoch (for the
+    #: continuations a population-based scheduler starts from it).
+    snapshots: bool
+
     """Decides where trials pause and which paused ones run again.
 
     The coordinator calls :meth:`restore` once, :meth:`stop_at` for each trial the sampler
@@ -69,7 +83,7 @@ class Scheduler(Protocol):
         """A trial paused at ``epoch`` with ``value`` (its report: a float, or a
         :class:`~hpsearch.search.schedulers.RungPoint` with several objectives)."""
 
-    def ended(self, number: int, state: str) -> None:
+    def ended(self, number: int, state: TrialState) -> None:
         """A trial ended (COMPLETE, PRUNED or FAIL)."""
 
     def next(self) -> Job | None:

@@ -25,6 +25,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from optuna.trial import TrialState
+
 from hpsearch.search._optuna import trial_id_of
 from hpsearch.search.schedulers._asha import ranked
 from hpsearch.search.schedulers._base import FROM_EPOCH, PARENT_TRIAL, PAUSED_AT, TARGET, Ended, Job
@@ -131,6 +133,8 @@ class PbtScheduler:
     """Population-based training over ``population`` lines, exploiting every
     ``interval_epochs`` epochs once every living member reached the interval."""
 
+    snapshots = True  # the continuations of an interval copy its members' checkpoints
+
     def __init__(
         self,
         *,
@@ -190,7 +194,7 @@ class PbtScheduler:
         self.waiting.setdefault(epoch, {})[number] = (trial_id, value)
         self._decide()
 
-    def ended(self, number: int, state: str) -> None:
+    def ended(self, number: int, state: TrialState) -> None:
         self.living = max(0, self.living - 1)
         self._decide()
 
@@ -256,7 +260,7 @@ class PbtScheduler:
                     params=params,
                     attrs={PARENT_TRIAL: parent, FROM_EPOCH: epoch},
                     copy_from=parent,
-                    replaces=Ended(number, trial_id, "PRUNED", reason),
+                    replaces=Ended(number, trial_id, TrialState.PRUNED, reason),
                 )
             )
         return jobs
@@ -267,8 +271,6 @@ class PbtScheduler:
         """Rebuild the population from the study: members paused at an interval wait for
         their generation again; members that were running (or decided to go on) run again
         to their target."""
-        from optuna.trial import TrialState
-
         again: list[Job] = []
         for t in trials:
             if t.state == TrialState.WAITING:
