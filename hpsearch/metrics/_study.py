@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.metrics._endpoint import ENDPOINT_FILE
+from hpsearch.trial import RunLayout
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -320,7 +321,7 @@ class StudyMetrics(NoMetrics):
             answers = None
         if answers is not None:
             self._workers = {a: r for a, r in answers.items() if isinstance(r, dict)}
-        folder = self.study_dir / "tracking-backlog"
+        folder = RunLayout.of_study_dir(self.study_dir).tracking_backlog
         try:
             self._disk_backlog = sum(1 for _ in folder.glob("*.json"))
         except OSError:
