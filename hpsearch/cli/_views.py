@@ -132,7 +132,10 @@ def _status_view(study: Any) -> Any:
             "RUNNING": int(t.get("running", 0)),
         }
         n = int(live.get("budget", n))
-    ended = sum(counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
+    from optuna.trial import TrialState
+
+    finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    ended = sum(counts.get(state.name, 0) for state in finished)
     best = study.best_trial
     head = (
         f"[bold]{study.spec.name}[/]: {ended}/{n} ended · "
