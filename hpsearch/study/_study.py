@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from hpsearch.coordinator import Progress
+    from hpsearch.search import StartPlan
     from hpsearch.study._base import RunSetup
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class Study:
         self.layout = RunLayout.of(run_dir, self.spec.name)
         self.client = client
         self.objective = objective
+        # What check() found, for the spec it checked: the next run starts from it.
+        self._checked: tuple[StudySpec, StartPlan] | None = None
 
     @classmethod
     def from_yaml(
@@ -310,6 +313,30 @@ class Study:
                 return self._run(on_progress=display)
         return self._run(on_progress=on_progress)
 
+    def check(self) -> list[str]:
+        """Check that the study can run now, before anything is started or written; the lines
+        worth reading first (``hpsearch run`` and ``hpsearch validate`` print them).
+
+        Checked: the storage and tracking URLs (``${VAR}`` set), that the MLflow server
+        answers, that the study can carry what changed since it last ran, and that each
+        warm-start source can inform it. The lines: one per change (free or carried), one per
+        warm-start source (what it holds). A problem raises an
+        :class:`~hpsearch.exceptions.HpsearchError` (``SpecError`` for a breaking change or a
+        source that cannot be used, ``TrackingError``, ``StorageError``), one line each.
+
+        The next :meth:`run` starts from what this found instead of checking again.
+
+        Example:
+            >>> study = hpsearch.Study.from_yaml("studies/digits-cnn.yaml")  # doctest: +SKIP
+            >>> study.check()                                                 # doctest: +SKIP
+            ['studies/digits-cnn.yaml: search.n_trials: 12 -> 20 (free)']
+        """
+        from hpsearch.study._run import check_run
+
+        plan = check_run(self._setup())
+        self._checked = (self.spec, plan)
+        return plan.lines(self.spec)
+
     def _setup(self) -> RunSetup:
         from hpsearch.study._base import RunSetup
 
@@ -325,8 +352,11 @@ class Study:
         )
 
     def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
-        """Check once, then run on the spec's backend (:func:`hpsearch.study._run.run_study`)."""
+        """Check (once: what :meth:`check` found, if it was called for this spec), then run on
+        the spec's backend (:func:`hpsearch.study._run.run_study`)."""
         from hpsearch.study._run import check_run, run_study
 
         setup = self._setup()
-        return run_study(setup, check_run(setup), on_progress=on_progress)
+        checked, self._checked = self._checked, None
+        plan = checked[1] if checked is not None and checked[0] is self.spec else check_run(setup)
+        return run_study(setup, plan, on_progress=on_progress)
