@@ -318,8 +318,9 @@ class Study:
         worth reading first (``hpsearch run`` and ``hpsearch validate`` print them).
 
         Checked: the storage and tracking URLs (``${VAR}`` set), that the MLflow server
-        answers, that the study can carry what changed since it last ran, and that each
-        warm-start source can inform it. The lines: one per change (free or carried), one per
+        answers and that the study can carry what changed since it last ran (both not for the
+        simulated cluster, whose runs replace its study), and that each warm-start source can
+        inform it. The lines: one per change (free or carried), one per
         warm-start source (what it holds). A problem raises an
         :class:`~hpsearch.exceptions.HpsearchError` (``SpecError`` for a breaking change or a
         source that cannot be used, ``TrackingError``, ``StorageError``), one line each.
