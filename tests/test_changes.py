@@ -14,7 +14,8 @@ import yaml
 from optuna.trial import TrialState
 
 from hpsearch import Study
-from hpsearch.search._carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR
+from hpsearch.search._carry import SPEC_ATTR, TRANSFERRED, VERSION_ATTR, changes
+from hpsearch.search._warm_start import open_source
 from hpsearch.spec import StudySpec
 from hpsearch.spec._changes import compare
 from hpsearch.storage import open_storage
@@ -328,3 +329,58 @@ def test_warm_start_from_a_study_in_postgresql_into_a_journal(run_dir):
     finally:
         with _admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_check_says_what_changed_and_what_each_source_holds_and_the_run_does_not_again(
+    run_dir, dask_client, monkeypatch
+):
+    from typer.testing import CliRunner
+
+    from hpsearch.cli import app
+    from hpsearch.search import _start, _warm_start
+
+    Study(
+        user_spec("src", STAIRCASE, n_trials=3, pruner="none"), run_dir=run_dir, client=dask_client
+    ).run(progress=False)
+    spec = user_spec("checked", STAIRCASE, n_trials=2, pruner="none")
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    spec["search"]["n_trials"] = 4
+    spec["space"]["x"]["high"] = 0.5
+    spec["search"]["warm_start"] = {"from": "src", "top_k": 1, "history": False}
+    path = run_dir / "checked.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    journal = run_dir / "checked" / "optuna.journal"
+    before = journal.read_bytes()
+    compared, opened = [], []
+    monkeypatch.setattr(_start, "changes", lambda *a: compared.append(1) or changes(*a))
+    monkeypatch.setattr(_warm_start, "open_source", lambda *a: opened.append(1) or open_source(*a))
+
+    study = Study.from_yaml(path, run_dir=run_dir, client=dask_client)
+    lines = study.check()
+    assert lines == [
+        f"{path}: search.n_trials: 2 -> 4 (free)",
+        f"{path}: search.warm_start: (none) -> [{{from: src, top_k: 1, history: False}}] "
+        "(carried: the earlier trials are kept)",
+        f"{path}: space.x: {{high: 1.0, log: False, low: 0.0, step: (none), type: float}} -> "
+        "{type: float, low: 0.0, high: 0.5, log: False, step: (none)} "
+        "(carried: the earlier trials are kept)",
+        "search.warm_start: from src (3 completed trials)",
+    ]
+    assert journal.read_bytes() == before, "checking writes nothing"
+    assert (compared, opened) == ([1], [1])
+    # hpsearch validate prints the same lines after its summary.
+    out = CliRunner().invoke(app, ["validate", str(path), "--run-dir", str(run_dir)])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[1:] == lines
+    # The run starts from what check() found: the spec is not compared nor the source opened
+    # again.
+    compared.clear(), opened.clear()
+    study.run(progress=False)
+    assert (compared, opened) == ([], [])
+    trials = _study(run_dir, "checked").trials
+    assert [t.user_attrs[VERSION_ATTR] for t in trials] == [1, 1, 2, 2]
+    assert trials[2].user_attrs[TRANSFERRED].startswith("src#")
+    # A run without check() checks once.
+    spec["search"]["n_trials"] = 5
+    Study(spec, run_dir=run_dir, client=dask_client).run(progress=False)
+    assert (compared, opened) == ([1], [1])

@@ -70,12 +70,11 @@ def validate(
     """Check a study file; print a one-line summary of what it would run, and what changed
     since the study last ran."""
     from hpsearch.exceptions import HpsearchError
-    from hpsearch.search import check_sources
+    from hpsearch.study import Study
 
     try:
         spec = _load(file, {})
-        found = _changes(spec, run_dir)
-        sources = check_sources(spec, run_dir)
+        lines = Study(spec, run_dir=run_dir).check()
     except HpsearchError as exc:
         raise _user_error(exc) from None
     from hpsearch.data import describe_dataset
@@ -88,23 +87,8 @@ def validate(
         f"sampler {spec.search.sampler.name}, pruner {spec.search.pruner.name}, "
         f"searching {searched}"
     )
-    for change in found:
-        typer.echo(change.line(str(file), spec.name))
-    for line in sources:
+    for line in lines:
         typer.echo(line)
-
-
-def _changes(spec: Any, run_dir: Path) -> list[Any]:
-    """The changes since the study last ran (carried and free); breaking ones raise. None for
-    a simulation: each run replaces its study."""
-    from hpsearch.search import refuse_breaking
-    from hpsearch.study import Study
-
-    if spec.cluster.backend == "simulated":
-        return []
-    found = Study(spec, run_dir=run_dir).changes()
-    refuse_breaking(spec, found)
-    return list(found)
 
 
 @app.command()
@@ -165,7 +149,6 @@ def run(
         return
 
     from hpsearch.coordinator import RichProgress
-    from hpsearch.search import check_sources
     from hpsearch.study import Study
 
     console = _console()
@@ -174,21 +157,16 @@ def run(
     study = Study(spec, run_dir=run_dir)
     simulated = spec.cluster.backend == "simulated"  # no MLflow: a benchmark's curves
     try:
-        from hpsearch.tracking import check_reachable
-
-        storage_url = study.storage_url  # ${VAR} in the URLs: a missing one is a user error
-        if not simulated:
-            check_reachable(study.mlflow_uri)  # before anything is printed or created
-        found = _changes(spec, run_dir)  # a breaking change: nothing is written
-        check_sources(spec, run_dir)  # nor for a warm start that cannot be
+        # Before anything is printed or created; the run starts from what it found.
+        lines = study.check()
     except HpsearchError as exc:
         raise _user_error(exc) from None
-    for change in found:
-        console.print(change.line(str(file), spec.name), markup=False)
+    for line in lines:
+        console.print(line, markup=False)
     console.print(
         f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {describe_goal(spec)})"
     )
-    console.print(f"[bold]optuna storage[/] {_redact(storage_url)}")
+    console.print(f"[bold]optuna storage[/] {_redact(study.storage_url)}")
     if simulated:
         from hpsearch.simulation import describe
 

@@ -3,9 +3,10 @@ earlier ones (``search.warm_start``).
 
 The spec a study runs under is kept in the study itself (the user attribute
 ``hpsearch.spec``, with its version ``hpsearch.spec_version``), so that any storage holds
-its history. :func:`check_changes` compares it with the file run now
-(:mod:`hpsearch.spec._changes`): a breaking change stops the run before anything is
-written; a carried one makes a new version, and each trial records the version it ran under.
+its history. :func:`changes` compares it with the file run now
+(:mod:`hpsearch.spec._changes`), once per run (:func:`hpsearch.search.plan_start`): a breaking
+change stops the run before anything is written; a carried one makes a new version, and each
+trial records the version it ran under.
 
 The sampler sees the study through :class:`CarriedSampler`: earlier trials whose parameters
 are all valid in the current space, with the current distributions (Optuna's samplers model
@@ -69,14 +70,6 @@ def refuse_breaking(spec: StudySpec, found: Sequence[Change]) -> None:
     if breaking:
         where = str(spec.source) if spec.source else "<study>"
         raise SpecError([c.line(where, spec.name) for c in breaking])
-
-
-def check_changes(spec: StudySpec, study: optuna.Study) -> list[Change]:
-    """The changes since the study last ran; raise :class:`~hpsearch.exceptions.SpecError`
-    (one line per breaking change) if the study cannot carry them."""
-    found = changes(spec, study)
-    refuse_breaking(spec, found)
-    return found
 
 
 def record_spec(spec: StudySpec, study: optuna.Study, found: Sequence[Change]) -> int:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.trial import FrozenTrial
 
-    from hpsearch.spec import StudySpec
+    from hpsearch.spec import StudySpec, WarmStartSpec
 
 
 @dataclass
@@ -92,19 +92,44 @@ def open_source(source: str, spec: StudySpec, run_dir: Path) -> tuple[optuna.Stu
     return study, source
 
 
-def check_sources(spec: StudySpec, run_dir: Path) -> list[str]:
+@dataclass(frozen=True)
+class WarmSource:
+    """One warm-start source, opened and checked once for a run: its entry in the spec, how
+    to call it, its completed trials with a finite value (best first) and how many completed
+    trials it holds."""
+
+    start: WarmStartSpec
+    label: str
+    complete: list[FrozenTrial]
+    n_complete: int
+
+    @property
+    def line(self) -> str:
+        """What it holds, in one line (``hpsearch run`` and ``hpsearch validate`` print it)."""
+        return f"search.warm_start: from {self.label} ({self.n_complete} completed trials)"
+
+
+def open_sources(spec: StudySpec, run_dir: Path) -> list[WarmSource]:
     """Open each warm-start source and check that it can inform this study, before anything
-    is started or written (:class:`~hpsearch.exceptions.SpecError` in one line if not); a line
-    for each: what it holds."""
+    is started or written (:class:`~hpsearch.exceptions.SpecError` in one line if not)."""
     from optuna.trial import TrialState
 
-    lines = []
+    maximize = spec.direction.value == "maximize"
+    out = []
     for start in spec.search.warm_start:
         source, label = open_source(start.from_, spec, run_dir)
         _same_goal(spec, source, label)
-        n = len(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        lines.append(f"search.warm_start: from {label} ({n} completed trials)")
-    return lines
+        ended = source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        complete = [t for t in ended if t.value is not None and math.isfinite(t.value)]
+        complete.sort(key=lambda t: (-float(t.value or 0) if maximize else t.value, t.number))
+        out.append(WarmSource(start, label, complete, len(ended)))
+    return out
+
+
+def check_sources(spec: StudySpec, run_dir: Path) -> list[str]:
+    """Open each warm-start source and check it (see :func:`open_sources`); a line for each:
+    what it holds."""
+    return [source.line for source in open_sources(spec, run_dir)]
 
 
 def _same_goal(spec: StudySpec, source: optuna.Study, label: str) -> None:
@@ -158,25 +183,16 @@ def mapped(params: dict[str, Any], space: dict[str, BaseDistribution]) -> tuple[
     return out, notes
 
 
-def apply(spec: StudySpec, study: optuna.Study, run_dir: Path) -> WarmStart:
-    """Enqueue each source's ``top_k`` (once in the study's life) and gather its ``history``."""
-    from optuna.trial import TrialState
-
+def apply(spec: StudySpec, study: optuna.Study, sources: Sequence[WarmSource]) -> WarmStart:
+    """Enqueue each source's ``top_k`` (once in the study's life) and gather its ``history``
+    (``sources``: :func:`open_sources`, opened once for the run)."""
     from hpsearch.search._space import to_distributions
 
     space = to_distributions(spec.space)
     done = set(json.loads(study.user_attrs.get(WARM_ATTR) or "[]"))
     out = WarmStart()
-    for start in spec.search.warm_start:
-        source, label = open_source(start.from_, spec, run_dir)
-        _same_goal(spec, source, label)
-        complete = [
-            t
-            for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.value is not None and math.isfinite(t.value)
-        ]
-        maximize = spec.direction.value == "maximize"
-        complete.sort(key=lambda t: (-float(t.value or 0) if maximize else t.value, t.number))
+    for source in sources:
+        start, label, complete = source.start, source.label, source.complete
         if start.from_ not in done and start.top_k:
             changed: dict[str, int] = {}
             for trial in complete[: start.top_k]:

@@ -18,6 +18,7 @@ import optuna
 if TYPE_CHECKING:
     from hpsearch.coordinator import Progress
     from hpsearch.data.surrogates import Benchmark
+    from hpsearch.search import StartPlan
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.spec import StudySpec
 
@@ -83,20 +84,21 @@ def simulate(
     on_progress: Callable[[Progress], None] | None = None,
     storage: optuna.storages.BaseStorage | None = None,
     bench: Benchmark | None = None,
+    plan: StartPlan | None = None,
 ) -> Simulation:
     """Run ``spec`` (``cluster.backend: simulated``) to its budget in virtual time.
 
     The study lives in ``storage`` (default: in memory; a study of the spec's name there is
     continued); ``study_dir`` is the run folder the coordinator keeps its files in;
-    ``bench``: the benchmark (default: the one ``objective.model`` names).
+    ``bench``: the benchmark (default: the one ``objective.model`` names); ``plan``: what
+    the run starts from (:func:`hpsearch.search.plan_start`; default: found here, the
+    warm-start sources looked up beside ``study_dir``).
     """
     from hpsearch.data.surrogates import benchmark_of
-    from hpsearch.search import build_pruner, build_sampler, prepare
-    from hpsearch.search.pareto import study_directions
+    from hpsearch.search import existing_in, plan_start, start_study
     from hpsearch.simulation._cluster import SimCluster
     from hpsearch.simulation._trial import TrialRunner
     from hpsearch.spec import SimulatedSpec, surrogate_instance
-    from hpsearch.tracking import tag
 
     started = time.perf_counter()
     sim = spec.cluster.simulated or SimulatedSpec()
@@ -104,16 +106,10 @@ def simulate(
     instance, why = surrogate_instance(bench, spec.objective.dataset)
     assert instance is not None, why  # the spec's checks said so
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=spec.name,
-        storage=storage or optuna.storages.InMemoryStorage(),
-        sampler=build_sampler(spec),
-        pruner=build_pruner(spec),
-        load_if_exists=True,
-        **study_directions(spec),
-    )
-    study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
-    prepare(spec, study, Path(study_dir).parent)  # the spec kept, a warm start
+    storage = storage or optuna.storages.InMemoryStorage()
+    if plan is None:
+        plan = plan_start(spec, existing_in(storage, spec.name), Path(study_dir).parent)
+    study = start_study(spec, storage, plan)  # the spec kept, a warm start
     # A replayed study's own start-up cost, where the file does not say.
     startup = sim.startup if sim.startup is not None else getattr(bench, "startup", lambda: 0)()
     runner = TrialRunner(spec, study, bench, instance=instance, startup=float(startup))

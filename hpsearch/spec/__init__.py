@@ -73,6 +73,7 @@ from hpsearch.spec._sections import (
 from hpsearch.spec._share import PRIORITIES
 from hpsearch.spec._simulated import SimulatedSpec, surrogate_instance
 from hpsearch.spec._study import StudySpec
+from hpsearch.spec._warm_start import WarmStartSpec
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -108,6 +109,7 @@ __all__ = [
     "StudySpec",
     "TlsSpec",
     "TrackingSpec",
+    "WarmStartSpec",
     "compare",
     "default_direction",
     "device_count",

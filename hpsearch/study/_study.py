@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import StudySpec
-from hpsearch.storage import redact
 from hpsearch.study._result import StudyResult
 from hpsearch.tracking import tag
 from hpsearch.trial import RunLayout
@@ -28,7 +25,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from hpsearch.coordinator import Progress
-    from hpsearch.metrics import StudyMetrics
+    from hpsearch.search import StartPlan
+    from hpsearch.study._base import RunSetup
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +66,8 @@ class Study:
         self.layout = RunLayout.of(run_dir, self.spec.name)
         self.client = client
         self.objective = objective
+        # What check() found, for the spec it checked: the next run starts from it.
+        self._checked: tuple[StudySpec, StartPlan] | None = None
 
     @classmethod
     def from_yaml(
@@ -313,194 +313,51 @@ class Study:
                 return self._run(on_progress=display)
         return self._run(on_progress=on_progress)
 
-    def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
-        from hpsearch.search import check_sources
+    def check(self) -> list[str]:
+        """Check that the study can run now, before anything is started or written; the lines
+        worth reading first (``hpsearch run`` and ``hpsearch validate`` print them).
 
-        check_sources(self.spec, self.layout.run_dir)  # before anything is started or written
-        if self.spec.cluster.backend == "simulated":
-            from hpsearch.study._simulated import run_simulated
+        Checked: the storage and tracking URLs (``${VAR}`` set), that the MLflow server
+        answers and that the study can carry what changed since it last ran (both not for the
+        simulated cluster, whose runs replace its study), and that each warm-start source can
+        inform it. The lines: one per change (free or carried), one per
+        warm-start source (what it holds). A problem raises an
+        :class:`~hpsearch.exceptions.HpsearchError` (``SpecError`` for a breaking change or a
+        source that cannot be used, ``TrackingError``, ``StorageError``), one line each.
 
-            return run_simulated(
-                self.spec,
-                self.layout,
-                storage_url=self.storage_url,
-                mlflow_uri=self.mlflow_uri,
-                experiment=self.experiment,
-                on_progress=on_progress,
-            )
-        import optuna
+        The next :meth:`run` starts from what this found instead of checking again.
 
-        from hpsearch.cluster import WORKER_WAIT_S, Capacity, backend_for, capacity, check_workers
-        from hpsearch.cluster.pool import join_pool
-        from hpsearch.coordinator import Coordinator
-        from hpsearch.search import (
-            best_complete_trial,
-            build_pruner,
-            build_sampler,
-            end_notes,
-            prepare,
-            refuse_breaking,
-        )
-        from hpsearch.search.pareto import study_directions
-        from hpsearch.storage import StorageProxy, open_storage, sync_journals
-        from hpsearch.study._end import close_tracking, flush_workers
-        from hpsearch.tracking import (
-            ServerWatch,
-            StudyTracker,
-            check_reachable,
-            get_client,
-            replay_backlog,
-        )
-        from hpsearch.worker import warm
+        Example:
+            >>> study = hpsearch.Study.from_yaml("studies/digits-cnn.yaml")  # doctest: +SKIP
+            >>> study.check()                                                 # doctest: +SKIP
+            ['studies/digits-cnn.yaml: search.n_trials: 12 -> 20 (free)']
+        """
+        from hpsearch.study._run import check_run
 
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        spec = self.spec
-        refuse_breaking(spec, self.changes())  # before anything is started or written
-        backend = backend_for(spec, client=self.client)
-        remote = backend.remote
-        if remote and self.mlflow_uri.startswith(("sqlite:", "file:")):
-            from hpsearch.exceptions import TrackingError
+        plan = check_run(self._setup())
+        self._checked = (self.spec, plan)
+        return plan.lines(self.spec)
 
-            where = f"{spec.source}: " if spec.source else ""
-            raise TrackingError(
-                f"{where}tracking.mlflow_uri: workers on other machines cannot write "
-                f"{self.mlflow_uri} (a file on this machine); use an MLflow server "
-                "(http://HOST:5000) or a database URL"
-            )
-        check_reachable(self.mlflow_uri)
-        # The tracking store opens (imports, SQLite set-up) while the cluster starts.
-        warm.start([lambda: get_client(self.mlflow_uri)])
-        status = "KILLED"
-        tracker: StudyTracker | None = None
-        proxy: StorageProxy | None = None
-        study: optuna.Study | None = None
-        metrics: StudyMetrics | None = None
-        try:
-            with backend as client:
-                cap = capacity(client, wait_s=0 if backend.may_start_empty else WORKER_WAIT_S)
-                if backend.may_start_empty and not cap.n_threads:
-                    # adapt: {minimum: 0}: jobs are started for the first trials.
-                    cap = Capacity(backend.resource_key)
-                else:
-                    cap.check(max(self.trial_sizes))
-                    if remote:  # workers started elsewhere: can they run these trials at all?
-                        check_workers(client, needs_torch=not spec.is_user_objective)
-                warm.warm_workers(
-                    client,
-                    built_in=not spec.is_user_objective and self.objective is None,
-                    objective=spec.objective.model
-                    if spec.is_user_objective and self.objective is None
-                    else None,
-                    search_paths=self.search_paths,
-                    mlflow_uri=self.mlflow_uri,
-                )
+    def _setup(self) -> RunSetup:
+        from hpsearch.study._base import RunSetup
 
-                self.layout.create()
-                self.layout.spec_file.write_text(spec.to_yaml())
-                storage = open_storage(self.storage_url)
-                study = optuna.create_study(
-                    study_name=spec.name,
-                    storage=storage,
-                    load_if_exists=True,
-                    sampler=build_sampler(spec),
-                    pruner=build_pruner(spec),
-                    **study_directions(spec),
-                )
-                study.set_user_attr(tag.SPEC_HASH, spec.spec_hash)
-                prepare(spec, study, self.layout.run_dir)  # the spec kept, a warm start
-                warm.wait()  # the tracking store: MLflow is imported on one thread only
-                tracker = StudyTracker(
-                    self.mlflow_uri,
-                    self.experiment,
-                    spec.name,
-                    metric=spec.metric,
-                    artifact_root=(
-                        self.layout.mlflow_artifacts
-                        if self.mlflow_uri.startswith("sqlite:")
-                        else None
-                    ),
-                )
-                target = tracker.open(
-                    storage_url=redact(self.storage_url),
-                    tags={
-                        tag.SPEC_HASH: spec.spec_hash,
-                        tag.SAMPLER: spec.search.sampler.name,
-                        tag.PRUNER: spec.search.pruner.name,
-                        tag.N_TRIALS: spec.search.n_trials,
-                    },
-                    spec_yaml=spec.to_yaml(),
-                )
-                written, _ = replay_backlog(self.layout.tracking_backlog)
-                if written:
-                    log.warning(
-                        "wrote %d trial runs' MLflow records kept from an earlier run", written
-                    )
-                proxy = StorageProxy(storage, host=backend.proxy_host).start()
-                if spec.cluster.metrics is not None:
-                    from hpsearch.metrics import StudyMetrics
-
-                    metrics = StudyMetrics(
-                        spec.name,
-                        spec.cluster.metrics,
-                        study_dir=self.layout.study_dir,
-                        client=client,
-                    ).start()
-                    print(f"metrics {metrics.url}", flush=True)
-                coordinator = Coordinator(
-                    spec,
-                    study,
-                    client=client,
-                    capacity=cap,
-                    proxy=proxy.address,
-                    tracking=target,
-                    study_dir=str(self.layout.study_dir),
-                    search_paths=self.search_paths,
-                    on_progress=on_progress,
-                    objective=self.objective,
-                    storage_url=self.storage_url
-                    if spec.cluster.storage_access == "direct"
-                    else None,
-                    metrics=metrics,
-                    scaler=backend.scaler,
-                    lease=join_pool(client, spec),
-                )
-                if metrics is not None:
-                    metrics.watch(coordinator.figures, running=coordinator.running_numbers)
-                with ServerWatch(self.mlflow_uri):
-                    progress = coordinator.run()
-                if metrics is not None:
-                    metrics.stop_polling(ended=True)  # the workers are asked no more
-                status = "FINISHED"
-                flush_workers(client, self.layout.tracking_backlog)
-                progress.tracked = time.monotonic()
-        finally:
-            # The cluster is closed by now (local) or the trials cancelled (remote): what the
-            # workers could not close, the coordinator closes with the trials' true states.
-            if proxy is not None:
-                proxy.stop()
-            sync_journals()  # the study's last appends on disk before the command returns
-            if metrics is not None:
-                metrics.close()
-            best = best_complete_trial(study) if study is not None else None
-            if tracker is not None and study is not None:
-                try:
-                    check_reachable(self.mlflow_uri)
-                    close_tracking(tracker, study, best, status, spec)
-                except Exception as exc:  # the store is down: the next run of the study does it
-                    log.warning(
-                        "MLflow: could not record the study's end (%s: %s); the next run of this "
-                        "study reconciles its runs",
-                        type(exc).__name__,
-                        exc,
-                    )
-        return StudyResult(
-            spec.name,
-            progress,
-            best,
-            redact(self.storage_url),
+        return RunSetup(
+            self.spec,
+            self.layout,
+            self.storage_url,
             self.mlflow_uri,
             self.experiment,
-            target.parent_run_id,
-            list(study.best_trials) if study is not None and spec.is_multi_objective else [],
-            notes=end_notes(study) if study is not None else [],
+            client=self.client,
+            objective=self.objective,
+            search_paths=self.search_paths,
         )
+
+    def _run(self, *, on_progress: Callable[[Progress], None] | None) -> StudyResult:
+        """Check (once: what :meth:`check` found, if it was called for this spec), then run on
+        the spec's backend (:func:`hpsearch.study._run.run_study`)."""
+        from hpsearch.study._run import check_run, run_study
+
+        setup = self._setup()
+        checked, self._checked = self._checked, None
+        plan = checked[1] if checked is not None and checked[0] is self.spec else check_run(setup)
+        return run_study(setup, plan, on_progress=on_progress)
