@@ -27,6 +27,7 @@ from hpsearch.spec._sections import (
     Direction,
     ObjectiveSpec,
     ParallelSpec,
+    Strategy,
     TrackingSpec,
     default_direction,
 )
@@ -218,7 +219,7 @@ class StudySpec(_Spec):
         # out, so that the spec_hash of a study written before layouts existed is kept.
         if parallel != default:
             data["objective"]["parallel"] = parallel
-        elif parallel["strategy"] != "ddp":
+        elif self.objective.parallel.strategy is not Strategy.DDP:
             data["objective"]["parallel"] = parallel["strategy"]
         if data["objective"].get("max_memory_per_device") is None:
             data["objective"].pop("max_memory_per_device", None)  # the spec_hash stays as it was

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hpsearch.exceptions import MetricNotReported, TrialDiverged
+from hpsearch.spec import Strategy
 from hpsearch.tracking import tag
 from hpsearch.trial import active as faults_active
 from hpsearch.trial import fault_point
@@ -51,11 +52,11 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     n_params = sum(int(p.numel()) for p in model.parameters())
     layout = spec.parallel_for(params)
     replicas = ctx.world_size  # copies of the model training on shares of the batch
-    if layout.strategy.value == "pipeline":
+    if layout.strategy is Strategy.PIPELINE:
         replicas //= int(layout.stages or ctx.world_size)
     if replicas > 1 and params.get("lr_scaling") == "linear":
         params["lr"] = float(params.get("lr", 1e-3)) * replicas
-    strategy = layout.strategy.value
+    strategy = layout.strategy
     trainer = make_trainer(
         family,
         model,
@@ -71,7 +72,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
     keep = spec.objective.checkpoint_interval is not None
     settings = _optimizer_settings(trainer)
     checkpoints: Any
-    if strategy == "fsdp":  # sharded: every rank writes and reads its own shards
+    if strategy is Strategy.FSDP:  # sharded: every rank writes and reads its own shards
         checkpoints = (
             ShardedCheckpointStore(
                 ctx.checkpoint_dir, trial.number, rank=ctx.rank, world_size=ctx.world_size
@@ -115,7 +116,7 @@ def builtin_objective(trial: optuna.Trial, ctx: TrialContext) -> Any:
             tag.N_TRAIN: data.n_train,
             tag.N_VAL: data.n_val,
             tag.RESUMED_FROM_EPOCH: first_epoch - 1,
-            tag.PARALLEL: getattr(trainer, "layout", strategy),
+            tag.PARALLEL: getattr(trainer, "layout", strategy.value),
         }
     )
     value: Any = float("nan") if state is None else state["value"]
