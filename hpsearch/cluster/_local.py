@@ -130,47 +130,87 @@ def worker_specs(
     if gpus_per_trial < 1:
         packed = _packed_plan(gpus, gpus_per_trial, n_workers=n_workers, n_slots=n_slots or n_cores)
         return _set_workers(packed, n_cores=n_cores, prefix=prefix, amount=gpus_per_trial), packed
-    gpus_per_trial = int(gpus_per_trial)
-    devices: list[DeviceId]
+    size = int(gpus_per_trial)
+    devices = _devices(
+        gpus, size, mixed_sizes=mixed_sizes, n_workers=n_workers, n_slots=n_slots, n_cores=n_cores
+    )
+    _check_set_fits(size, devices, on_gpus=bool(gpus))
+    if mixed_sizes:
+        return _leasing_worker(devices, on_gpus=bool(gpus), n_cores=n_cores, prefix=prefix)
+    plan = _sets_plan(devices, size, on_gpus=bool(gpus), n_workers=n_workers, links=links)
+    return _set_workers(plan, n_cores=n_cores, prefix=prefix), plan
+
+
+def _devices(
+    gpus: Sequence[DeviceId] | None,
+    size: int,
+    *,
+    mixed_sizes: bool,
+    n_workers: int | None,
+    n_slots: int | None,
+    n_cores: int,
+) -> list[DeviceId]:
+    """The node's devices: its GPUs and MIG instances, else CPU slots numbered from 0 (as
+    many as ``n_slots``; else as ``n_workers`` sets of ``size`` need, unless sizes are
+    mixed; else one per core)."""
     if gpus:
-        kind, resource, devices = "cuda", "GPU", list(gpus)
-    else:
-        kind, resource = "cpu", "SLOT"
-        slots = n_slots or (
-            n_workers * gpus_per_trial if n_workers and not mixed_sizes else n_cores
-        )
-        devices = list(range(slots))
-    if gpus_per_trial > len(devices):
-        what = "GPUs" if gpus else "CPU slots"
+        return list(gpus)
+    slots = n_slots or (n_workers * size if n_workers and not mixed_sizes else n_cores)
+    return list(range(slots))
+
+
+def _check_set_fits(size: int, devices: Sequence[DeviceId], *, on_gpus: bool) -> None:
+    """A set of ``size`` fits the node's ``devices`` (else GpuAllocationError, with both
+    numbers)."""
+    if size > len(devices):
+        what = "GPUs" if on_gpus else "CPU slots"
         raise GpuAllocationError(
-            f"a trial needs gpus_per_trial={gpus_per_trial} {what} "
-            f"but this node has {len(devices)}",
-            needed=gpus_per_trial,
+            f"a trial needs gpus_per_trial={size} {what} but this node has {len(devices)}",
+            needed=size,
             found=len(devices),
         )
-    if mixed_sizes:
-        plan = GpuPlan(len(devices), (tuple(devices),), kind="GPU" if gpus else "CPU slot")
-        return {
-            f"{prefix}-0": _worker(
-                f"{prefix}-0",
-                kind=kind,
-                ids=devices,
-                threads=n_cores,
-                nthreads=len(devices),
-                lease=True,
-                resource=resource,
-            )
-        }, plan
-    plan = plan_sets(devices, gpus_per_trial, links=links if gpus else None)
-    if not gpus and n_workers:
+
+
+def _leasing_worker(
+    devices: Sequence[DeviceId], *, on_gpus: bool, n_cores: int, prefix: str
+) -> tuple[dict[str, dict[str, Any]], GpuPlan]:
+    """One worker that owns all ``devices`` and every core, one thread per device, and
+    leases each trial its subset (trials of mixed sizes); its plan is one set of them all."""
+    kind, resource = ("cuda", "GPU") if on_gpus else ("cpu", "SLOT")
+    plan = GpuPlan(len(devices), (tuple(devices),), kind="GPU" if on_gpus else "CPU slot")
+    name = f"{prefix}-0"
+    worker = _worker(
+        name,
+        kind=kind,
+        ids=devices,
+        threads=n_cores,
+        nthreads=len(devices),
+        lease=True,
+        resource=resource,
+    )
+    return {name: worker}, plan
+
+
+def _sets_plan(
+    devices: Sequence[DeviceId],
+    size: int,
+    *,
+    on_gpus: bool,
+    n_workers: int | None,
+    links: Mapping[frozenset[DeviceId], int] | None,
+) -> GpuPlan:
+    """``devices`` cut into sets of ``size`` (GPUs by their links). CPU slots: at most
+    ``n_workers`` sets, the slots of the others left over."""
+    plan = plan_sets(devices, size, links=links if on_gpus else None)
+    if on_gpus:
+        return plan
+    if n_workers:
         plan = GpuPlan(
             plan.size,
             plan.sets[:n_workers],
             plan.leftover + tuple(d for s in plan.sets[n_workers:] for d in s),
         )
-    if not gpus:
-        plan = dataclasses.replace(plan, kind="CPU slot")
-    return _set_workers(plan, n_cores=n_cores, prefix=prefix), plan
+    return dataclasses.replace(plan, kind="CPU slot")
 
 
 def _set_workers(

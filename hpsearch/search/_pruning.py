@@ -125,7 +125,6 @@ def explain_prune(
         of 3 other trials at step 1 (best 0.2)
     """
     from optuna.study import StudyDirection
-    from optuna.trial import TrialState
 
     number = trial if isinstance(trial, int) else trial.number
     maximize = study.direction == StudyDirection.MAXIMIZE
@@ -136,42 +135,61 @@ def explain_prune(
             return (
                 f"{pruner_name} pruner at step {step} ({rung[0]}): {metric} {_fmt(value)} {rung[1]}"
             )
+    others = _others_at(study, step, number, pruner_name)
+    if not others:
+        return f"{head}; no other trial has reported step {step} yet"
+    best = max(others) if maximize else min(others)
+    label, bar = _bar(study, others, pruner_name, maximize=maximize)
+    noun = "trial" if len(others) == 1 else "trials"
+    return (
+        f"{head} {_verdict(value, bar, maximize=maximize)} {label} {_fmt(bar)} of "
+        f"{len(others)} other {noun} at step {step} (best {_fmt(best)})"
+    )
+
+
+def _others_at(study: optuna.Study, step: int, number: int, pruner_name: str) -> list[float]:
+    """What the trials the pruner compares with (all but trial ``number``) reported at
+    ``step``, NaN left out. Median and percentile: completed trials only; the others: running
+    and pruned trials too. It only reads the study."""
+    from optuna.trial import TrialState
+
     states = (
         (TrialState.COMPLETE,)
         if pruner_name in _FINISHED_ONLY
         else (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
     )
-    others = [
+    return [
         t.intermediate_values[step]
         for t in study.get_trials(deepcopy=False, states=states)
         if t.number != number
         and step in t.intermediate_values
         and not math.isnan(t.intermediate_values[step])
     ]
-    if not others:
-        return f"{head}; no other trial has reported step {step} yet"
-    best = max(others) if maximize else min(others)
+
+
+def _bar(
+    study: optuna.Study, others: list[float], pruner_name: str, *, maximize: bool
+) -> tuple[str, float]:
+    """What the trial's value is compared with, named: the percentile pruner's percentile of
+    ``others``, else their median."""
     percentile = _percentile_of(study) if pruner_name == "percentile" else None
     if percentile is None:
-        label, bar = "the median", statistics.median(others)
-    else:
-        # Optuna's percentile pruner keeps the best (100 - p) %: for a maximised metric it
-        # compares with the (100 - p)th percentile, for a minimised one with the pth.
-        import numpy as np
+        return "the median", statistics.median(others)
+    # Optuna's percentile pruner keeps the best (100 - p) %: for a maximised metric it
+    # compares with the (100 - p)th percentile, for a minimised one with the pth.
+    import numpy as np
 
-        q = 100.0 - percentile if maximize else percentile
-        label, bar = f"the {_ordinal(q)} percentile", float(np.percentile(others, q))
+    q = 100.0 - percentile if maximize else percentile
+    return f"the {_ordinal(q)} percentile", float(np.percentile(others, q))
+
+
+def _verdict(value: float, bar: float, *, maximize: bool) -> str:
+    """How ``value`` compares with ``bar`` in the study's direction, as words."""
     if value == bar:
-        verdict = "equals"
-    elif (value < bar) == maximize:
-        verdict = "is worse than"
-    else:
-        verdict = "is better than"
-    noun = "trial" if len(others) == 1 else "trials"
-    return (
-        f"{head} {verdict} {label} {_fmt(bar)} of {len(others)} other {noun} "
-        f"at step {step} (best {_fmt(best)})"
-    )
+        return "equals"
+    if (value < bar) == maximize:
+        return "is worse than"
+    return "is better than"
 
 
 def _ordinal(q: float) -> str:

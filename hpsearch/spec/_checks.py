@@ -276,7 +276,7 @@ def _check_parallel(objective: Any, space: Mapping[str, Any], problems: _Problem
     if not _searched_layouts_valid(parallel, space, problems):
         return
     strategy_field, strategies = _candidates("parallel.strategy", parallel.strategy, space)
-    if "pipeline" not in strategies:
+    if Strategy.PIPELINE not in strategies:  # the raw values: a searched one as written
         return
     builtin = objective.model in BUILTIN_MODELS
     if builtin and objective.model not in PIPELINE_MODELS:

@@ -7,7 +7,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,160 +15,27 @@ import yaml
 from pydantic import Field, ValidationInfo, model_validator
 
 from hpsearch import data as _catalog
-from hpsearch._imports import load_user_objective
 from hpsearch.exceptions import SpecError
-from hpsearch.spec._checks import (
-    _check_dataset_for,
-    _check_fsdp,
-    _check_objective_metrics,
-    _check_objectives,
-    _check_parallel,
-    _check_sampler,
-    _check_scheduler,
-    _check_strategy,
-    _validate_strategies,
-)
-from hpsearch.spec._cluster import ClusterSpec, MetricsSpec, _check_backend
-from hpsearch.spec._messages import _fields, _Problems, _show, _Spec
+from hpsearch.spec._cluster import ClusterSpec, MetricsSpec
+from hpsearch.spec._collect import _collect
+from hpsearch.spec._messages import _fields, _Problems, _Spec
 from hpsearch.spec._overrides import _apply_overrides
-from hpsearch.spec._params import ParamSpec, _validate_space
-from hpsearch.spec._search import (
-    PRUNER_CLASSES,
-    PrunerSpec,
-    SamplerSpec,
-    SearchSpec,
-)
+from hpsearch.spec._params import ParamSpec
+from hpsearch.spec._search import SearchSpec
 from hpsearch.spec._sections import (
     USER_OBJECTIVE_METRIC,
     Direction,
     ObjectiveSpec,
     ParallelSpec,
+    Strategy,
     TrackingSpec,
     default_direction,
 )
-from hpsearch.spec._share import ShareSpec, _check_searched_sizes, _renamed_cluster_keys
-from hpsearch.spec._simulated import SURROGATE_MODELS, check_simulated, default_space
+from hpsearch.spec._share import ShareSpec
+from hpsearch.spec._simulated import SURROGATE_MODELS
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _NO_FILE = "<study>"
 PARALLEL_PREFIX = "parallel."  # space keys that search the layout: parallel.strategy, ...
-
-
-def _collect(data: Any, label: str, source: Path | None) -> dict[str, Any]:
-    """Validate raw study data section by section; raise one SpecError with every problem."""
-    problems = _Problems(label)
-    if not isinstance(data, Mapping):
-        problems.add("", f"the study file must be a mapping of keys, got {_show(data)}")
-        raise SpecError(problems.lines)
-    problems.unknown_keys("", data, _fields(StudySpec))
-    out: dict[str, Any] = {"source": source}
-
-    name = data.get("name")
-    if name is None:
-        problems.add("name", "required; give the study a name of letters, digits, '-', '_', '.'")
-    elif not isinstance(name, str) or not _NAME_RE.match(name):
-        problems.add(
-            "name", f"must contain only letters, digits, '-', '_' and '.', got {_show(name)}"
-        )
-    out["name"] = name
-
-    storage = data.get("storage")
-    if storage is not None and not isinstance(storage, str):
-        problems.add("storage", f"expected an Optuna storage URL, got {_show(storage)}")
-    out["storage"] = storage
-
-    strategies = _validate_strategies(data.get("search"), problems)
-    raw_obj = data.get("objective")
-    raw_search = data.get("search")
-    scheduled = isinstance(raw_search, Mapping) and (
-        str(raw_search.get("scheduler", "none")).lower() != "none"
-    )
-    if isinstance(raw_obj, Mapping) and raw_obj.get("metrics") is not None and not scheduled:
-        # Several objectives: Optuna's pruners rank one value, so the default is the pareto one
-        # (a scheduler ranks its rungs by Pareto fronts itself).
-        strategies.setdefault("pruner", PrunerSpec(name="pareto"))
-    sections: dict[str, type[_Spec]] = {
-        "objective": ObjectiveSpec,
-        "search": SearchSpec,
-        "cluster": ClusterSpec,
-        "tracking": TrackingSpec,
-        "share": ShareSpec,
-    }
-    for key, model in sections.items():
-        raw = data.get(key)
-        if key == "cluster":
-            raw = _renamed_cluster_keys(raw, problems, label)
-        if raw is None and key == "objective":
-            problems.add("objective", "required; at least objective.model")
-            out[key] = None
-            continue
-        if raw is None:
-            raw = {}
-        if key == "search" and isinstance(raw, Mapping):
-            # Sampler and pruner were validated on their own (so that their option checks run
-            # even when another search field is wrong); a broken one is already reported.
-            raw = {k: v for k, v in raw.items() if k not in ("sampler", "pruner")}
-            raw.update({k: v for k, v in strategies.items() if v is not None})
-            if str(raw.get("scheduler", "none")).lower() != "none" and "pruner" not in strategies:
-                raw["pruner"] = PrunerSpec(name="none")  # a scheduler replaces the pruner
-        out[key] = problems.validate(model, raw, key)
-
-    _check_backend(out.get("cluster"), problems, out.get("storage"))
-    check_simulated(data.get("objective"), out.get("cluster"), problems, source)
-    raw_space = data.get("space")
-    if raw_space is None:
-        raw_space = default_space(data.get("objective"), source) or {}
-    space = _validate_space(raw_space, problems)
-    space_ok = isinstance(raw_space, Mapping) and len(space) == len(raw_space)
-    out["space"] = space
-
-    raw_objective = data.get("objective")
-    raw_params = raw_objective.get("params") if isinstance(raw_objective, Mapping) else None
-    if isinstance(raw_params, Mapping) and isinstance(raw_space, Mapping):
-        for key in raw_space:
-            if key in raw_params:
-                problems.add(
-                    f"space.{key}",
-                    "also fixed in objective.params; a hyperparameter is either searched or "
-                    "fixed, remove it from one",
-                )
-    _check_objectives(raw_objective, strategies, problems)
-    if isinstance(raw_objective, Mapping):
-        model_name = raw_objective.get("model")
-        if isinstance(model_name, str) and ":" in model_name:
-            _check_objective_metrics(raw_objective, None, problems)
-        _check_dataset_for(raw_objective, source, problems)
-        _check_fsdp(raw_objective, space, problems)
-    objective: ObjectiveSpec | None = out["objective"]
-    if objective is not None:
-        if ":" in objective.model:
-            paths = [Path.cwd()] + ([source.parent] if source is not None else [])
-            try:
-                load_user_objective(objective.model, paths)
-            except SpecError as exc:
-                for line in exc.problems:
-                    field, _, message = line.partition(": ")
-                    problems.add(field, message)
-        elif space_ok and not space and objective.model not in SURROGATE_MODELS:
-            problems.add(
-                "space",
-                f"the built-in model {objective.model!r} needs at least one searched "
-                "hyperparameter",
-            )
-    if objective is not None and space_ok:
-        _check_parallel(objective, space, problems)
-    _check_searched_sizes(space, problems)
-    sampler = strategies.get("sampler", SamplerSpec(name="tpe"))
-    if sampler is not None:
-        _check_sampler(sampler, space, space_ok, problems)
-    pruner = strategies.get("pruner")
-    if pruner is not None and pruner.name != "pareto":
-        _check_strategy("pruner", pruner, {**PRUNER_CLASSES, "pareto": ""}, problems)
-    _check_scheduler(data.get("search"), out.get("search"), out.get("objective"), problems, space)
-
-    if problems.lines:
-        raise SpecError(problems.lines)
-    return out
 
 
 class StudySpec(_Spec):
@@ -231,7 +97,7 @@ class StudySpec(_Spec):
         label = context.get("label") or (str(source) if source is not None else _NO_FILE)
         if isinstance(data, Mapping):
             data = {k: v for k, v in data.items() if k != "source"}
-        return _collect(data, label, source)
+        return _collect(data, label, source, known=_fields(StudySpec))
 
     # ---------------------------------------------------------------------------- loading
 
@@ -353,7 +219,7 @@ class StudySpec(_Spec):
         # out, so that the spec_hash of a study written before layouts existed is kept.
         if parallel != default:
             data["objective"]["parallel"] = parallel
-        elif parallel["strategy"] != "ddp":
+        elif self.objective.parallel.strategy is not Strategy.DDP:
             data["objective"]["parallel"] = parallel["strategy"]
         if data["objective"].get("max_memory_per_device") is None:
             data["objective"].pop("max_memory_per_device", None)  # the spec_hash stays as it was

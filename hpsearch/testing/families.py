@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpsearch.spec import Strategy
+
 #: name: (family, data set, hyperparameters, epochs) — small slices, a few seconds each.
 CASES: dict[str, tuple[str, Any, dict[str, Any], int]] = {
     "cnn": ("cnn", {"name": "digits", "limit": 600}, {"lr": 3e-3}, 4),
@@ -99,7 +101,7 @@ def train_briefly(
     world_size: int = 1,
     epochs: int | None = None,
     device: str = "cpu",
-    strategy: str = "ddp",
+    strategy: Strategy | str = Strategy.DDP,
 ) -> dict[str, Any]:
     """Train ``CASES[case]``; return ``{"epochs": [metrics per epoch], "before": metrics}``."""
     import torch
@@ -179,7 +181,7 @@ def fsdp_resume_rank(rank: int, world_size: int, port: int, out_dir: str) -> Non
     torch.set_num_threads(1)
     join_gloo(rank, world_size, port)
     try:
-        kw: dict[str, Any] = {"rank": rank, "world_size": world_size, "strategy": "fsdp"}
+        kw: dict[str, Any] = {"rank": rank, "world_size": world_size, "strategy": Strategy.FSDP}
         straight = train_briefly("cnn", epochs=3, **kw)
         first = train_briefly("cnn", epochs=0, **kw)
         store = ShardedCheckpointStore(Path(out_dir, "ckpt"), 0, rank=rank, world_size=world_size)
@@ -324,7 +326,9 @@ def fsdp_case_rank(rank: int, world_size: int, port: int, out_dir: str, case: st
     torch.set_num_threads(1)
     join_gloo(rank, world_size, port)
     try:
-        run = train_briefly(case, rank=rank, world_size=world_size, epochs=2, strategy="fsdp")
+        run = train_briefly(
+            case, rank=rank, world_size=world_size, epochs=2, strategy=Strategy.FSDP
+        )
         result = {"epochs": run["epochs"], "param_bytes": param_bytes([run["trainer"].model])}
         Path(out_dir, f"fsdp-{case}-rank{rank}.json").write_text(json.dumps(result))
     finally:

@@ -10,8 +10,8 @@ calls write (``runs``, ``tags``, ``params``, ``metrics``, ``latest_metrics``) it
 through MLflow's own table definitions and session maker, in one transaction.
 
 That reaches MLflow's private modules (its store class, ORM models, validation and the
-store of a client); all of it is in :func:`write_ended_run`, used only on the MLflow
-versions it was checked on (:data:`CHECKED_ON`, pinned by ``tests/test_tracking_sql_store.py``,
+store of a client); all of it is in this module, used only on the MLflow versions it was
+checked on (:data:`CHECKED_ON`, pinned by ``tests/test_tracking_sql_store.py``,
 which also checks that a run written here reads back through MLflow's public API exactly as
 one written through the client does). Anything else (another MLflow version, an HTTP
 tracking server, a file store) gets ``None`` back, and the caller makes the three public
@@ -75,13 +75,45 @@ def write_ended_run(
     Raises what MLflow raises for data it refuses (names, lengths, batch limits), before
     anything is written; a failed transaction leaves nothing behind.
     """
+    store = _sql_store(client)
+    if store is None:
+        return None
+    root = _artifact_root(client, store, experiment_id)
+    if root is None:
+        return None
+    metric_list, param_list, tag_list = _checked_batch(name, tags, params, metrics)
+    run_id = uuid.uuid4().hex
+    metric_rows, latest = _metric_rows(store, run_id, metric_list)
+    run_row = _run_row(
+        run_id,
+        experiment_id,
+        name=name,
+        artifact_root=root,
+        user=_user(tags),
+        status=status,
+        start_time=start_time,
+        end_time=end_time,
+    )
+    with store.ManagedSessionMaker(read_only=False) as session:
+        _insert(session, run_row, tag_list, param_list, metric_rows, latest)
+    return run_id
+
+
+def _sql_store(client: MlflowClient) -> Any | None:
+    """The client's store where it is MLflow's SQL store on a checked version, else ``None``.
+
+    Every MLflow name this module writes through is imported here first: on an MLflow that
+    lacks one, the caller gets ``None`` and makes the public calls, and the functions below,
+    which import the same names again, never meet an ImportError. It writes nothing.
+    """
     try:
         import mlflow
 
         if ".".join(mlflow.__version__.split(".")[:2]) not in CHECKED_ON:
             return None
-        from mlflow.entities import Param, RunTag
-        from mlflow.store.tracking.dbmodels.models import (
+        # Imported only to learn that they are there (used by the functions below).
+        from mlflow.entities import Param, RunTag  # noqa: F401
+        from mlflow.store.tracking.dbmodels.models import (  # noqa: F401
             SqlLatestMetric,
             SqlMetric,
             SqlParam,
@@ -89,26 +121,39 @@ def write_ended_run(
             SqlTag,
         )
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME, MLFLOW_USER
-        from mlflow.utils.uri import append_to_uri_path
-        from mlflow.utils.validation import (
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME, MLFLOW_USER  # noqa: F401
+        from mlflow.utils.uri import append_to_uri_path  # noqa: F401
+        from mlflow.utils.validation import (  # noqa: F401
             _validate_batch_log_data,
             _validate_batch_log_limits,
             _validate_param_keys_unique,
         )
-        from sqlalchemy import insert
+        from sqlalchemy import insert  # noqa: F401
 
         # MLflow keeps a client's store on a private attribute; no public accessor exists.
         store = client._tracking_client.store
     except (ImportError, AttributeError):  # another MLflow: the public calls do it
         return None
-    if not isinstance(store, SqlAlchemyStore):
-        return None
-    root = _artifact_root(client, store, experiment_id)
-    if root is None:
-        return None
+    return store if isinstance(store, SqlAlchemyStore) else None
 
-    # The checks MLflow's log_batch makes (names, values, lengths, limits).
+
+def _checked_batch(
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, str],
+    metrics: Sequence[Metric],
+) -> tuple[list[Metric], list[Any], list[Any]]:
+    """The run's metrics, params and tags (the run name among them) as MLflow's
+    ``log_batch`` checks them: names, values, lengths, limits, unique param keys. Raises
+    what MLflow raises; it never changes what it is given."""
+    from mlflow.entities import Param, RunTag
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
+    from mlflow.utils.validation import (
+        _validate_batch_log_data,
+        _validate_batch_log_limits,
+        _validate_param_keys_unique,
+    )
+
     tag_list = [RunTag(k, v) for k, v in {**tags, MLFLOW_RUN_NAME: name}.items()]
     param_list = [Param(k, v) for k, v in params.items()]
     metric_list, param_list, tag_list = _validate_batch_log_data(
@@ -116,11 +161,17 @@ def write_ended_run(
     )
     _validate_batch_log_limits(metric_list, param_list, tag_list)
     _validate_param_keys_unique(param_list)
+    return metric_list, param_list, tag_list
 
-    run_id = uuid.uuid4().hex
-    metric_rows: dict[tuple[str, int, int, float, bool], dict[str, Any]] = {}
+
+def _metric_rows(
+    store: Any, run_id: str, metrics: Sequence[Metric]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``metrics`` rows of a run (one per distinct key, timestamp, step and value, as
+    MLflow keeps them) and its ``latest_metrics`` rows (one per key)."""
+    rows: dict[tuple[str, int, int, float, bool], dict[str, Any]] = {}
     latest: dict[str, dict[str, Any]] = {}
-    for m in metric_list:
+    for m in metrics:
         is_nan, value = store.sanitize_metric_value(m.value)
         row = {
             "run_uuid": run_id,
@@ -130,50 +181,98 @@ def write_ended_run(
             "step": m.step,
             "is_nan": is_nan,
         }
-        metric_rows.setdefault((m.key, m.timestamp, m.step, value, is_nan), row)
-        # MLflow's latest metric: the largest (step, timestamp, value) of each key.
-        best = latest.get(m.key)
-        if best is None or (m.step, m.timestamp, value) > (
-            best["step"],
-            best["timestamp"],
-            best["value"],
-        ):
+        rows.setdefault((m.key, m.timestamp, m.step, value, is_nan), row)
+        if _later(row, latest.get(m.key)):
             latest[m.key] = row
-    with store.ManagedSessionMaker(read_only=False) as session:
+    return list(rows.values()), list(latest.values())
+
+
+def _later(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
+    """Whether ``row`` is the key's latest metric rather than ``best``: MLflow's latest
+    metric is the largest (step, timestamp, value) of each key."""
+    if best is None:
+        return True
+    return (row["step"], row["timestamp"], row["value"]) > (
+        best["step"],
+        best["timestamp"],
+        best["value"],
+    )
+
+
+def _user(tags: Mapping[str, str]) -> str:
+    """The run's user, from its ``mlflow.user`` tag (MLflow's ``unknown`` without one)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_USER
+
+    return tags.get(MLFLOW_USER, "unknown")
+
+
+def _run_row(
+    run_id: str,
+    experiment_id: str,
+    *,
+    name: str,
+    artifact_root: str,
+    user: str,
+    status: str,
+    start_time: int,
+    end_time: int,
+) -> dict[str, Any]:
+    """The ``runs`` row of an ended, active run, as MLflow's ``create_run`` and
+    ``set_terminated`` leave it."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.utils.uri import append_to_uri_path
+
+    return {
+        "run_uuid": run_id,
+        "name": name,
+        "artifact_uri": append_to_uri_path(
+            artifact_root, run_id, SqlAlchemyStore.ARTIFACTS_FOLDER_NAME
+        ),
+        "experiment_id": int(experiment_id),
+        "source_type": "UNKNOWN",
+        "source_name": "",
+        "entry_point_name": "",
+        "user_id": user,
+        "status": status,
+        "start_time": start_time,
+        "end_time": end_time,
+        "deleted_time": None,
+        "source_version": "",
+        "lifecycle_stage": "active",
+    }
+
+
+def _insert(
+    session: Any,
+    run_row: dict[str, Any],
+    tags: Sequence[Any],
+    params: Sequence[Any],
+    metric_rows: list[dict[str, Any]],
+    latest: list[dict[str, Any]],
+) -> None:
+    """Insert a run's rows in ``session`` (the caller's transaction): the run, then its
+    tags, params, metrics and latest metrics; a table with nothing to add is not touched."""
+    from mlflow.store.tracking.dbmodels.models import (
+        SqlLatestMetric,
+        SqlMetric,
+        SqlParam,
+        SqlRun,
+        SqlTag,
+    )
+    from sqlalchemy import insert
+
+    run_id = run_row["run_uuid"]
+    session.execute(insert(SqlRun.__table__), [run_row])
+    if tags:
         session.execute(
-            insert(SqlRun.__table__),
-            [
-                {
-                    "run_uuid": run_id,
-                    "name": name,
-                    "artifact_uri": append_to_uri_path(
-                        root, run_id, SqlAlchemyStore.ARTIFACTS_FOLDER_NAME
-                    ),
-                    "experiment_id": int(experiment_id),
-                    "source_type": "UNKNOWN",
-                    "source_name": "",
-                    "entry_point_name": "",
-                    "user_id": tags.get(MLFLOW_USER, "unknown"),
-                    "status": status,
-                    "start_time": start_time,
-                    "end_time": end_time,
-                    "deleted_time": None,
-                    "source_version": "",
-                    "lifecycle_stage": "active",
-                }
-            ],
+            insert(SqlTag.__table__),
+            [{"run_uuid": run_id, "key": t.key, "value": t.value} for t in tags],
         )
-        if tag_list:
-            session.execute(
-                insert(SqlTag.__table__),
-                [{"run_uuid": run_id, "key": t.key, "value": t.value} for t in tag_list],
-            )
-        if param_list:
-            session.execute(
-                insert(SqlParam.__table__),
-                [{"run_uuid": run_id, "key": p.key, "value": p.value} for p in param_list],
-            )
-        if metric_rows:
-            session.execute(insert(SqlMetric.__table__), list(metric_rows.values()))
-            session.execute(insert(SqlLatestMetric.__table__), list(latest.values()))
-    return run_id
+    if params:
+        session.execute(
+            insert(SqlParam.__table__),
+            [{"run_uuid": run_id, "key": p.key, "value": p.value} for p in params],
+        )
+    if metric_rows:
+        session.execute(insert(SqlMetric.__table__), metric_rows)
+        session.execute(insert(SqlLatestMetric.__table__), latest)

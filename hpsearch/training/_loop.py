@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.spec import Strategy
 from hpsearch.training._amp import autocast, grad_scaler
 
 if TYPE_CHECKING:
@@ -88,10 +89,11 @@ class Trainer(ABC):
         seed: int,
         rank: int = 0,
         world_size: int = 1,
-        strategy: str = "ddp",
+        strategy: Strategy | str = Strategy.DDP,
     ) -> None:
         self.params = params
-        self.strategy = strategy  # how the ranks share the model: ddp or fsdp
+        # How the ranks share the model (ddp or fsdp): the member, also when named by a string.
+        self.strategy = Strategy(strategy)
         self.device = device
         self.precision = precision
         self.seed = seed
@@ -112,7 +114,7 @@ class Trainer(ABC):
     def _ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.world_size == 1:
             return module
-        if self.strategy == "fsdp":
+        if self.strategy is Strategy.FSDP:
             import warnings
 
             from hpsearch.training._fsdp import shard
@@ -146,7 +148,7 @@ class Trainer(ABC):
     def _eval_chunks(self, n_local: int, n_total: int) -> list[slice]:
         """Pieces of this rank's share of the validation data, one forward pass each. Under
         fsdp every forward all-gathers parameters, so every rank takes the same number."""
-        if self.strategy != "fsdp" or self.world_size == 1:
+        if self.strategy is not Strategy.FSDP or self.world_size == 1:
             return [slice(i, i + EVAL_CHUNK) for i in range(0, n_local, EVAL_CHUNK)]
         per_rank = math.ceil(n_total / self.world_size)
         count = max(1, math.ceil(per_rank / EVAL_CHUNK))
@@ -209,7 +211,7 @@ class Trainer(ABC):
         in inference mode, cannot be written by the training steps after it."""
         import torch
 
-        return torch.no_grad() if self.strategy == "fsdp" else torch.inference_mode()
+        return torch.no_grad() if self.strategy is Strategy.FSDP else torch.inference_mode()
 
 
 class SupervisedTrainer(Trainer):

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.exceptions import TrialOutOfMemory
+from hpsearch.spec import Strategy
 from hpsearch.training._fsdp import grad_bytes, optimizer_state_bytes, param_bytes
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class MemoryMonitor:
         rank: int,
         world_size: int,
         cap: int | None,
-        strategy: str,
+        strategy: Strategy | str,
         share: float = 1.0,
     ) -> None:
         self.trainer = trainer
@@ -123,7 +124,7 @@ class MemoryMonitor:
         self.world_size = world_size
         self.share = min(1.0, share)  # of the device, where trials are packed on it
         self.cap = None if cap is None else int(cap * self.share)
-        self.strategy = strategy
+        self.strategy = Strategy(strategy)
         self.state_bytes: list[int] | None = None  # per rank, after the first step
         self._hooks: list[Any] = []
 
@@ -168,7 +169,7 @@ class MemoryMonitor:
         if needed > self.cap:
             raise TrialOutOfMemory(
                 f"parameters + gradients + optimizer state take {_mib(needed)} on rank {worst} "
-                f"of {self.world_size} ({self.strategy}), over "
+                f"of {self.world_size} ({self.strategy.value}), over "
                 + (
                     f"objective.max_memory_per_device {_mib(self.cap)}"
                     if self.share == 1
@@ -178,7 +179,7 @@ class MemoryMonitor:
                 + (
                     "; parallel: fsdp (or pipeline, for a model that can be cut) splits them "
                     "over the set"
-                    if self.strategy == "ddp" and self.world_size > 1
+                    if self.strategy is Strategy.DDP and self.world_size > 1
                     else ""
                 ),
                 needed=needed,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.spec import Strategy
 from hpsearch.training._loop import resolve_trainer
 
 if TYPE_CHECKING:
@@ -27,12 +28,12 @@ def make_trainer(
     ``model`` on ``data``; with ``parallel`` (the trial's layout) ``pipeline``, the pipeline
     trainer."""
     parallel = kwargs.pop("parallel", None)
-    if parallel is not None and parallel.strategy.value == "pipeline":
+    if parallel is not None and parallel.strategy is Strategy.PIPELINE:
         from hpsearch.training._pipeline import make_pipeline_trainer
 
         kwargs.pop("strategy", None)
         return make_pipeline_trainer(family, model, params, data, parallel=parallel, **kwargs)
     if parallel is not None:
-        kwargs.setdefault("strategy", parallel.strategy.value)
+        kwargs.setdefault("strategy", parallel.strategy)
     trainer: Any = resolve_trainer(family.trainer)
     return trainer(model, params, data, **kwargs)
