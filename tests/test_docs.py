@@ -242,12 +242,12 @@ def test_every_shell_block_is_run_or_says_what_it_needs() -> None:
 
 def test_every_python_snippet_runs(tmp_path: Path) -> None:
     """Each ``python`` block runs in a fresh process, in a folder where the quickstart has run
-    (a small budget: 4 trials of 1 epoch), as a reader would try them one after another."""
+    (a small budget: 4 trials of 2 epochs), as a reader would try them one after another."""
     (tmp_path / "studies").symlink_to(ROOT / "studies")
     import hpsearch
 
     hpsearch.Study.from_yaml(
-        ROOT / "studies" / "quickstart.yaml", n_trials=4, epochs=1, run_dir=tmp_path / "runs"
+        ROOT / "studies" / "quickstart.yaml", n_trials=4, epochs=2, run_dir=tmp_path / "runs"
     ).run()
     snippets = _blocks({"python"})
     assert snippets
