@@ -19,6 +19,7 @@ import typer
 
 from hpsearch.cli._common import (
     _console,
+    _docs,
     _interrupt_then_stop,
     _quiet_logs,
     _redact,
@@ -35,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Distributed hyperparameter search: Optuna studies on Dask, PyTorch training, "
     "MLflow records.",
+    epilog=_docs("index"),
 )
 
 
@@ -60,7 +62,7 @@ def _load(file: Path, overrides: dict[str, Any]) -> Any:
     return spec
 
 
-@app.command()
+@app.command(epilog=_docs("reference/study-file"))
 def validate(
     file: Path = typer.Argument(..., help="The study file."),
     run_dir: Path = typer.Option(
@@ -91,7 +93,7 @@ def validate(
         typer.echo(line)
 
 
-@app.command()
+@app.command(epilog=_docs("getting-started"))
 def run(
     file: Path = typer.Argument(..., help="The study file."),
     n_trials: int | None = typer.Option(None, "--n-trials", help="Override search.n_trials."),
@@ -166,7 +168,7 @@ def run(
     console.print(
         f"[bold]study[/] {spec.name}  ({spec.search.n_trials} trials, {describe_goal(spec)})"
     )
-    console.print(f"[bold]optuna storage[/] {_redact(study.storage_url)}")
+    console.print(f"[bold]optuna storage[/] {_redact(study.storage_url)}", soft_wrap=True)
     if simulated:
         from hpsearch.simulation import describe
 
@@ -217,7 +219,7 @@ def _summary(console: Any, result: Any) -> None:
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         table.add_row("[bold]value[/]", f"[bold]{result.best.value:.6g}[/]")
         console.print(table)
-    console.print(f"[bold]optuna storage[/] {result.storage_url}")
+    console.print(f"[bold]optuna storage[/] {result.storage_url}", soft_wrap=True)
     if result.simulation is not None:
         sim = result.simulation
         console.print(
@@ -228,18 +230,20 @@ def _summary(console: Any, result: Any) -> None:
         if not result.mlflow_uri:  # cluster.simulated.tracking: false
             return
     uri = _redact(result.mlflow_uri)
-    console.print(f"[bold]mlflow[/] {uri}  (mlflow ui --backend-store-uri {uri})")
+    console.print(f"[bold]mlflow[/] {uri}  (the trials, in the MLflow UI:)", soft_wrap=True)
+    # The command on a line of its own, never wrapped by rich: copied whole from the terminal.
+    console.print(f"mlflow ui --backend-store-uri {uri}", soft_wrap=True, markup=False)
 
 
 # The worker and the views, in their own modules; registered here, after validate and run,
 # in the order ``hpsearch --help`` lists them.
-app.command()(worker)
-app.command()(best)
-app.command()(status)
-app.command()(report)
-app.command()(ui)
-app.command()(simulate)
-app.add_typer(pool_app, name="pool")
+app.command(epilog=_docs("howto/dask-cluster"))(worker)
+app.command(epilog=_docs("getting-started"))(best)
+app.command(epilog=_docs("getting-started"))(status)
+app.command(epilog=_docs("getting-started"))(report)
+app.command(epilog=_docs("getting-started"))(ui)
+app.command(epilog=_docs("simulation"))(simulate)
+app.add_typer(pool_app, name="pool", epilog=_docs("pool"))
 
 
 def main() -> None:

@@ -9,6 +9,21 @@ from typing import Any
 
 import typer
 
+#: ``--help`` of each command ends with the page of the documentation that covers it. By
+#: default the page's source in the repository (``docs/howto/gpus.md``): the site is built
+#: locally (``sphinx-build -W --keep-going -b html docs docs/_build/html``, where the same
+#: page is ``howto/gpus.html``) and the Markdown reads as it is in a checkout. A hosted build
+#: is named by this variable (``https://.../``); the pointers then end in ``.html``.
+DOCS_URL_ENV = "HPSEARCH_DOCS_URL"
+
+
+def _docs(page: str) -> str:
+    """The line ``--help`` ends with: where the documentation covers this command."""
+    base = os.environ.get(DOCS_URL_ENV)
+    if base:
+        return f"Docs: {base.rstrip('/')}/{page}.html"
+    return f"Docs: docs/{page}.md"
+
 
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from hpsearch.cli._common import _console, _user_error
+from hpsearch.cli._common import _console, _docs, _user_error
 
 pool_app = typer.Typer(help="A device pool that several studies share.", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ def _fail(message: str) -> typer.Exit:
     return _user_error(ValueError(message))
 
 
-@pool_app.command()
+@pool_app.command(epilog=_docs("pool"))
 def start(
     gpus: str = typer.Option(
         "auto",
@@ -143,7 +143,7 @@ def _status(address: str) -> dict[str, Any]:
         return pool_status(client)
 
 
-@pool_app.command()
+@pool_app.command(epilog=_docs("pool"))
 def status(
     folder: Path | None = typer.Option(None, "--dir", help=_DIR_HELP),
     address: str | None = typer.Option(None, "--address", help="A pool elsewhere."),
@@ -198,7 +198,7 @@ def status(
     console.print(table)
 
 
-@pool_app.command()
+@pool_app.command(epilog=_docs("pool"))
 def stop(folder: Path | None = typer.Option(None, "--dir", help=_DIR_HELP)) -> None:
     """Stop the pool: its workers end (trials in flight stop, and resume on a rerun)."""
     from hpsearch.cluster.pool import read_pool

@@ -399,6 +399,25 @@ HELP = {
     "epoch": "Seconds of the trial's latest epoch (train and evaluate).",
 }
 
+#: Every series of a study's endpoint: name, type, labels beside ``study``, and its help (a
+#: key of :data:`HELP`). The documentation's reference is generated from this table.
+SERIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("hpsearch_trials", "gauge", ("state",), "trials"),
+    ("hpsearch_trials_budget", "gauge", (), "budget"),
+    ("hpsearch_trials_queued", "gauge", (), "queued"),
+    ("hpsearch_device_sets", "gauge", ("state",), "sets"),
+    ("hpsearch_devices", "gauge", ("state", "kind"), "devices"),
+    ("hpsearch_device_utilization", "gauge", ("worker", "name", "device", "kind"), "util"),
+    ("hpsearch_trial_samples_per_second", "gauge", ("trial",), "sps"),
+    ("hpsearch_trial_epoch_seconds", "gauge", ("trial",), "epoch"),
+    ("hpsearch_worker_losses_total", "counter", (), "losses"),
+    ("hpsearch_trial_retries_total", "counter", (), "retries"),
+    ("hpsearch_tracking_backlog", "gauge", ("where",), "backlog"),
+    ("hpsearch_workers", "gauge", (), "workers"),
+    ("hpsearch_best_value", "gauge", (), "best"),
+    ("hpsearch_best_trial", "gauge", (), "best_trial"),
+)
+
 
 class _Collector:
     """Builds the metric families from :meth:`StudyMetrics.figures` at each scrape."""

@@ -112,3 +112,61 @@ def run_name(trial_number: int, state: str | None = None) -> str:
 def tag_filter(tag: str, value: object) -> str:
     """The MLflow search clause ``tags.`TAG` = 'VALUE'``."""
     return f"tags.`{tag}` = '{value}'"
+
+
+# Where a name is written: on the study's MLflow run, on a trial's run, as an Optuna user
+# attribute of the trial (most trial-level names are both a tag and an attribute).
+_STUDY_RUN, _TRIAL_RUN, _ATTR = "study run", "trial run", "trial attribute"
+_BOTH = "trial run, trial attribute"
+
+#: Every name above hpsearch writes, with where and what it holds: the documentation's
+#: reference is generated from this table (and a test keeps it complete).
+TAGS_TABLE: tuple[tuple[str, str, str], ...] = (
+    (STUDY, "study run, trial run", "The study's name."),
+    (ROLE, "study run", "'study' on the study's parent run."),
+    (STORAGE, _STUDY_RUN, "The Optuna storage URL, its password hidden."),
+    (SPEC_HASH, _STUDY_RUN, "A hash of the spec the study runs under."),
+    (SAMPLER, _STUDY_RUN, "The sampler's name."),
+    (PRUNER, _STUDY_RUN, "The pruner's name."),
+    (N_TRIALS, _STUDY_RUN, "The budget: search.n_trials."),
+    (BEST_TRIAL, _STUDY_RUN, "The best trial's number, set at the end (with best_<metric>)."),
+    (N_ENDED, _STUDY_RUN, "Trials ended when the run closed."),
+    (PARETO_TRIALS, _STUDY_RUN, "Several objectives: the Pareto-front trials ('3,7,9')."),
+    (WARM_START_OUTCOME, _STUDY_RUN, "How a warm start's configurations ranked here."),
+    (TRIAL_NUMBER, _TRIAL_RUN, "The Optuna trial number."),
+    (STATE, _TRIAL_RUN, "COMPLETE, PRUNED or FAIL (the run's status mirrors it)."),
+    (WORKER, _TRIAL_RUN, "The Dask worker's address."),
+    (PID, _TRIAL_RUN, "The training process's id."),
+    (DEVICES, _TRIAL_RUN, "The trial's device set."),
+    (WORLD_SIZE, _TRIAL_RUN, "Rank processes of the trial."),
+    (ATTEMPT, _BOTH, "The start count: 1, then one more per lost worker or interruption."),
+    (PRECISION, _TRIAL_RUN, "The precision actually used: fp32, bf16 or fp16."),
+    (DEVICE_NAME, _TRIAL_RUN, "The device's name."),
+    (DEVICE_MEMORY_MIB, _TRIAL_RUN, "The device's memory."),
+    (TASK, _TRIAL_RUN, "What the built-in model learns on the data set (classify, ...)."),
+    (N_TRAIN, _TRIAL_RUN, "Training examples."),
+    (N_VAL, _TRIAL_RUN, "Validation examples."),
+    (RESUMED_FROM_EPOCH, _TRIAL_RUN, "The epoch a resumed trial continued after."),
+    (PARALLEL, _TRIAL_RUN, "The trial's layout: ddp, fsdp or pipeline."),
+    (FAIL_REASON, _BOTH, "Why a trial failed, one line."),
+    (ERROR_TYPE, _TRIAL_RUN, "The exception's type (the traceback is traceback.txt)."),
+    (ERROR_MESSAGE, _TRIAL_RUN, "The exception's message."),
+    (PRUNE_REASON, _BOTH, "Why the pruner or scheduler stopped it, with what it compared."),
+    (PRUNE_STEP, _TRIAL_RUN, "The step it was pruned at."),
+    (PRUNE_VALUE, _TRIAL_RUN, "Its value at that step."),
+    (PARETO, _TRIAL_RUN, "Several objectives: on the Pareto front (true / false), at the end."),
+    (PAUSED_AT, _BOTH, "A trial a scheduler paused: the step it waits at."),
+    (PARENT_TRIAL, _BOTH, "pbt: the trial whose checkpoint this one continues."),
+    (SPEC_VERSION, _BOTH, "The version of the study's spec the trial ran under."),
+    (TRANSFERRED_FROM, _BOTH, "Warm start: the earlier study's trial it took its parameters from."),
+    (FROM_EPOCH, _BOTH, "A continuation: the epoch it starts from."),
+    (INTERRUPTED, _BOTH, "Stopped by Ctrl-C or SIGTERM, to resume on the next run."),
+    (INTERRUPTIONS, _BOTH, "How many times it was interrupted."),
+    (PREEMPTED, _BOTH, "On a shared pool: why it yielded its devices."),
+    (PREEMPTIONS, _BOTH, "How many times it was preempted."),
+    (OUTCOME, _ATTR, "The outcome the objective returned, written before it is handed back."),
+    ("hpsearch.values.<step>", _ATTR, "Several objectives: the values reported at a step."),
+    ("hpsearch.constraints.<step>", _ATTR, "A built-in trial's constraint values at a step."),
+    ("hpsearch.target_epoch", _ATTR, "asha / pbt: the epoch a scheduled trial trains to."),
+    ("hpsearch.scheduled_starts", _ATTR, "asha / pbt: how many times the trial was resumed."),
+)

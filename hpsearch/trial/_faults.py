@@ -1,7 +1,7 @@
 """Named fault points in a trial's life, for tests that interrupt a trial at each of them.
 
 A trial calls :func:`fault_point` at the moments where an interruption leaves a different
-state behind (the table in the README's *When things go wrong*):
+state behind (the table of docs/howto/when-things-go-wrong.md):
 
 ==================== ===================================================================
 ``before_report``    before the report of a step (step 1: before the first report)
