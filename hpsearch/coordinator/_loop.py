@@ -402,7 +402,10 @@ class Coordinator:
         while not finishing.has_ready():
             if not self.in_flight and not self.pending and not self._may_ask():
                 break
-            self.clock.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
+            if share.active:  # the pool's news or a trial's end cuts the wait short
+                share.pause(self.clock, POOL_POLL_S, finishing.has_ready)
+            else:
+                self.clock.sleep(SCALE_POLL_S)
             share.give_back(self.in_flight)
             self._fill()
         return list(finishing.next_batch(block=False))
