@@ -368,7 +368,7 @@ class Coordinator:
         if self.scaler is not None:  # a job for each trial that runs or waits
             asking = self._to_ask if self._may_ask() else 0
             self.scaler.update(len(self.in_flight) + len(ready) + asking)
-        share.want(self.in_flight, ready, self._may_ask())
+        share.want(self.in_flight, ready, self._to_ask if self._may_ask() else 0)
         while (
             ready or scheduling.promotion(ready, set_free=placement.set_free()) or self._may_ask()
         ):

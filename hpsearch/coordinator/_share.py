@@ -80,16 +80,23 @@ class PoolShare:
     def key(number: int) -> str:
         return f"trial-{number}"
 
-    def want(self, in_flight: InFlightView, waiting: list[Ready], asking: bool) -> None:
-        """Tell the pool what the study could use now: its trials in flight and waiting
-        (and one more while the sampler has trials to give)."""
+    def want(self, in_flight: InFlightView, waiting: list[Ready], to_ask: int) -> None:
+        """Tell the pool what the study could use now: its trials in flight and waiting, and
+        the ``to_ask`` trials the sampler has still to give, within ``max_concurrent``.
+
+        All of it at once: a study that joins a busy pool is owed its whole share from its
+        first look, so that the pool asks every device back in one go rather than one more
+        with each trial the study starts (each ask waits for a trial's next checkpoint)."""
         if self.lease is None:
             return
-        sizes = [item.size for item in waiting] or ([self._size()] if asking else [])
-        demand = sum(info.size for info in in_flight.values()) + sum(sizes)
-        if asking and waiting:
-            demand += self._size()
-        self.lease.want(float(demand), float(sizes[0] if sizes else self._size()))
+        size = self._size()
+        limit = self.spec.search.max_concurrent
+        more = max(0, int(to_ask))
+        if isinstance(limit, int):
+            more = min(more, max(0, limit - len(in_flight) - len(waiting)))
+        demand = sum(info.size for info in in_flight.values())
+        demand += sum(item.size for item in waiting) + more * size
+        self.lease.want(float(demand), float(waiting[0].size if waiting else size))
 
     def _size(self) -> float:
         return self.spec.trial_devices
