@@ -210,7 +210,10 @@ def _listen(client: Client, lease: PoolLease) -> None:
     with _leases_lock:
         mine = _leases.setdefault(client.id, {})
         if not mine:
-            client.subscribe_topic(NEWS_TOPIC, _told_to(client.id))
+            try:
+                client.subscribe_topic(NEWS_TOPIC, _told_to(client.id))
+            except Exception as exc:  # no news: the heartbeat and the loop's looks still tell
+                log.debug("the pool's news cannot reach this client: %s", exc)
         mine[lease.study] = lease
 
 
