@@ -376,6 +376,22 @@ def test_two_studies_share_the_pool_by_weight(pool, tmp_path) -> None:
         assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
 
 
+def _hears_news(client, lease) -> None:
+    """Wait until the pool's news reaches ``lease``: its client's subscription goes to the
+    scheduler with Dask's next batch of messages, some milliseconds after the join (here the
+    requests that follow are quicker than that)."""
+    from hpsearch.cluster.pool._extension import NEWS_TOPIC
+
+    deadline = time.monotonic() + 30
+    while True:
+        client.log_event(NEWS_TOPIC, {"study": lease.study, "why": "free"})
+        if lease.wait_for_news(0.2):
+            break
+        assert time.monotonic() < deadline, f"no news reaches {lease.study}"
+    while lease.wait_for_news(0.5):  # a probe sent before, late
+        assert time.monotonic() < deadline
+
+
 def test_the_arbiter_tells_a_coordinator_at_once_not_at_its_next_heartbeat() -> None:
     """A study that must yield hears it as the arbiter decides, and a study that waits hears
     that devices were freed for it: with heartbeats a minute apart, both come within
@@ -395,6 +411,8 @@ def test_the_arbiter_tells_a_coordinator_at_once_not_at_its_next_heartbeat() -> 
         holder = PoolLease(holding_client, "holder", heartbeat_s=60)
         newcomer = PoolLease(joining_client, "newcomer", weight=3, heartbeat_s=60)
         try:
+            for client, lease in ((holding_client, holder), (joining_client, newcomer)):
+                _hears_news(client, lease)
             holder.want(4, 1)
             assert all(holder.acquire(f"h{k}", 1) for k in range(4))  # alone: it borrows all
             began = time.monotonic()

@@ -178,11 +178,12 @@ class PoolLease:
                         self._call("acquire", lease=key, size=size, demand=demand, held=True)
                     continue
                 total = self._asked_before + float(answer["yield_total"])
-                if total > self.asked_total + 1e-9:
-                    self.asked_total = total
-                    self._news.set()  # the loop picks the trials that yield now
+                asked_more = total > self.asked_total + 1e-9
+                self.asked_total = max(self.asked_total, total)
                 self.reason = str(answer.get("reason") or "")
                 self.share = float(answer["share"])
+                if asked_more:
+                    self._news.set()  # the loop picks the trials that yield now
             except Exception as exc:  # the scheduler is gone: the study's own loop sees it
                 if self._closed.is_set():
                     return
@@ -207,6 +208,8 @@ _leases_lock = threading.Lock()
 
 
 def _listen(client: Client, lease: PoolLease) -> None:
+    # The subscription reaches the scheduler with the client's next batch of messages (some
+    # milliseconds): news sent before it is lost, and the heartbeat tells instead.
     with _leases_lock:
         mine = _leases.setdefault(client.id, {})
         if not mine:
