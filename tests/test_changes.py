@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import warnings
 
 import optuna
 import pytest
@@ -68,6 +69,86 @@ def test_a_carried_range_change_keeps_the_trials_and_samples_from_the_valid_ones
         if "hpsearch.trial_number" in r.data.tags
     )
     assert versions == ["1"] * 6 + ["2"] * 4
+
+
+class _NoRun:
+    """The trial's MLflow run, not looked at here."""
+
+    def log_metrics(self, *args, **kwargs):
+        pass
+
+
+def _run_trials(study, spec, n):
+    """``n`` trials of ``spec``'s objective as a worker runs them: asked with the file's space
+    (as the coordinator asks), the objective given hpsearch's trial."""
+    from hpsearch.search._space import to_distributions
+    from hpsearch.testing.objectives import staircase
+    from hpsearch.trial._tracked import TrackedTrial
+
+    for _ in range(n):
+        asked = study.ask(to_distributions(spec.space))
+        trial = TrackedTrial(
+            study, asked._trial_id, run=_NoRun(), metric="value", pruner_name="none"
+        )
+        value = staircase(trial)
+        trial.flush_reports()
+        study.tell(asked, value)
+
+
+def test_a_range_narrowed_in_the_file_wins_over_the_objectives_said_once_in_hpsearchs_words(
+    tmp_path, caplog
+):
+    """The file narrows x to [0, 0.5] while the objective still suggests x in [0, 1]: every
+    trial takes the file's range, hpsearch says so once, and no Optuna warning gets out."""
+    from hpsearch.search._carry import changes, record_spec
+
+    study = optuna.create_study(
+        study_name="narrowed",
+        storage=open_storage(f"journal://{tmp_path / 'optuna.journal'}"),
+        pruner=optuna.pruners.NopPruner(),
+    )
+    spec = user_spec("narrowed", STAIRCASE, n_trials=2, pruner="none")
+    first = StudySpec.from_dict(spec)
+    record_spec(first, study, [])
+    _run_trials(study, first, 2)  # the file and the objective agree: nothing to say
+    spec["space"]["x"]["high"] = 0.5
+    edited = StudySpec.from_dict(spec)
+    found = changes(edited, study)
+    assert [(c.field, c.kind) for c in found] == [("space.x", "carried")]
+    record_spec(edited, study, found)
+
+    # What Optuna alone does with it: the trial keeps the file's range, and warns.
+    from hpsearch.search._space import to_distributions
+
+    plain = study.ask(to_distributions(edited.space))
+    with pytest.warns(RuntimeWarning, match='Inconsistent parameter values .* name "x"'):
+        plain.suggest_float("x", 0.0, 1.0)
+    study.tell(plain, state=TrialState.FAIL)
+
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        caplog.at_level(logging.WARNING, logger="hpsearch.trial"),
+    ):
+        warnings.simplefilter("always")  # a warning given before is shown again
+        _run_trials(study, edited, 4)
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == [], [
+        str(w.message) for w in caught
+    ]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("hpsearch.trial")]
+    assert said == [
+        "study 'narrowed', parameter 'x': the study file's range [0, 0.5] is searched, not the "
+        "objective's suggest_float range [0, 1] (the file's space wins)"
+    ]
+    trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(trials) == 6 and all(t.params["x"] <= 0.5 for t in trials[2:])
+    assert all(t.distributions["x"].high == 0.5 for t in trials[2:])
+
+    # Outside hpsearch's suggest (and for a range the objective repeats inconsistently within
+    # one trial), Optuna's warning is left as it is.
+    with pytest.warns(RuntimeWarning, match="Inconsistent parameter values"):
+        again = study.ask()
+        again.suggest_float("y", 0.0, 1.0)
+        again.suggest_float("y", 0.0, 2.0)
 
 
 def test_a_free_change_keeps_the_spec_version(run_dir, dask_client):

@@ -374,3 +374,58 @@ def test_two_studies_share_the_pool_by_weight(pool, tmp_path) -> None:
         trials = _trials(run_dir, name)
         assert len(trials) == n and all(t.state.name == "COMPLETE" for t in trials)
         assert all(sorted(t.intermediate_values) == list(range(1, 9)) for t in trials)
+
+
+def _hears_news(client, lease) -> None:
+    """Wait until the pool's news reaches ``lease``: its client's subscription goes to the
+    scheduler with Dask's next batch of messages, some milliseconds after the join (here the
+    requests that follow are quicker than that)."""
+    from hpsearch.cluster.pool._extension import NEWS_TOPIC
+
+    deadline = time.monotonic() + 30
+    while True:
+        client.log_event(NEWS_TOPIC, {"study": lease.study, "why": "free"})
+        if lease.wait_for_news(0.2):
+            break
+        assert time.monotonic() < deadline, f"no news reaches {lease.study}"
+    while lease.wait_for_news(0.5):  # a probe sent before, late
+        assert time.monotonic() < deadline
+
+
+def test_the_arbiter_tells_a_coordinator_at_once_not_at_its_next_heartbeat() -> None:
+    """A study that must yield hears it as the arbiter decides, and a study that waits hears
+    that devices were freed for it: with heartbeats a minute apart, both come within
+    seconds (Dask's structured events, on the clients' own connections)."""
+    from distributed import Client, LocalCluster
+
+    from hpsearch.cluster.pool._extension import PLUGIN_NAME, PoolArbiter
+    from hpsearch.cluster.pool._lease import PoolLease
+
+    slots = {"SLOT": 1}
+    with (
+        LocalCluster(n_workers=4, threads_per_worker=1, processes=False, resources=slots) as dask,
+        Client(dask) as holding_client,
+        Client(dask.scheduler_address) as joining_client,
+    ):
+        holding_client.register_plugin(PoolArbiter(ttl_s=600), name=PLUGIN_NAME)
+        holder = PoolLease(holding_client, "holder", heartbeat_s=60)
+        newcomer = PoolLease(joining_client, "newcomer", weight=3, heartbeat_s=60)
+        try:
+            for client, lease in ((holding_client, holder), (joining_client, newcomer)):
+                _hears_news(client, lease)
+            holder.want(4, 1)
+            assert all(holder.acquire(f"h{k}", 1) for k in range(4))  # alone: it borrows all
+            began = time.monotonic()
+            newcomer.want(3, 1)
+            assert not newcomer.acquire("n0", 1)  # the pool asks the holder for 3 back
+            assert holder.wait_for_news(30), "the holder hears that it must yield"
+            assert holder.asked_total == 3 and "preempted by study newcomer" in holder.reason
+            assert time.monotonic() - began < 30  # long before the next heartbeat (60 s)
+            assert not newcomer.wait_for_news(0.2)  # nothing is free for it yet
+            holder.release("h0")  # a trial that yielded
+            assert newcomer.wait_for_news(30), "the newcomer hears that a device is free"
+            assert newcomer.acquire("n0", 1)
+            assert not holder.wait_for_news(0.2)  # no news for the one that freed it
+        finally:
+            newcomer.close()
+            holder.close()

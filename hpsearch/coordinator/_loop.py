@@ -368,7 +368,7 @@ class Coordinator:
         if self.scaler is not None:  # a job for each trial that runs or waits
             asking = self._to_ask if self._may_ask() else 0
             self.scaler.update(len(self.in_flight) + len(ready) + asking)
-        share.want(self.in_flight, ready, self._may_ask())
+        share.want(self.in_flight, ready, self._to_ask if self._may_ask() else 0)
         while (
             ready or scheduling.promotion(ready, set_free=placement.set_free()) or self._may_ask()
         ):
@@ -402,7 +402,10 @@ class Coordinator:
         while not finishing.has_ready():
             if not self.in_flight and not self.pending and not self._may_ask():
                 break
-            self.clock.sleep(POOL_POLL_S if share.active else SCALE_POLL_S)
+            if share.active:  # the pool's news or a trial's end cuts the wait short
+                share.pause(self.clock, POOL_POLL_S, finishing.has_ready)
+            else:
+                self.clock.sleep(SCALE_POLL_S)
             share.give_back(self.in_flight)
             self._fill()
         return list(finishing.next_batch(block=False))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,17 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from hpsearch.cluster.pool import PoolLease
+    from hpsearch.coordinator._clock import Clock
     from hpsearch.spec import StudySpec
 
 log = logging.getLogger("hpsearch.coordinator")
 
-#: Seconds between two looks at the pool while trials wait for a lease or must yield.
+#: Seconds between two looks at the pool while trials wait for a lease or must yield, at the
+#: most: the pool's news (devices freed for the study, or asked back) and a trial's end cut
+#: the wait short.
 POOL_POLL_S = 0.25
+#: Seconds between two looks for a trial's end within that wait.
+ENDED_POLL_S = 0.02
 
 _HELP = {
     "held": "Devices the study holds on the shared pool now.",
@@ -75,19 +80,40 @@ class PoolShare:
     def key(number: int) -> str:
         return f"trial-{number}"
 
-    def want(self, in_flight: InFlightView, waiting: list[Ready], asking: bool) -> None:
-        """Tell the pool what the study could use now: its trials in flight and waiting
-        (and one more while the sampler has trials to give)."""
+    def want(self, in_flight: InFlightView, waiting: list[Ready], to_ask: int) -> None:
+        """Tell the pool what the study could use now: its trials in flight and waiting, and
+        the ``to_ask`` trials the sampler has still to give, within ``max_concurrent``.
+
+        All of it at once: a study that joins a busy pool is owed its whole share from its
+        first look, so that the pool asks every device back in one go rather than one more
+        with each trial the study starts (each ask waits for a trial's next checkpoint)."""
         if self.lease is None:
             return
-        sizes = [item.size for item in waiting] or ([self._size()] if asking else [])
-        demand = sum(info.size for info in in_flight.values()) + sum(sizes)
-        if asking and waiting:
-            demand += self._size()
-        self.lease.want(float(demand), float(sizes[0] if sizes else self._size()))
+        size = self._size()
+        limit = self.spec.search.max_concurrent
+        more = max(0, int(to_ask))
+        if isinstance(limit, int):
+            more = min(more, max(0, limit - len(in_flight) - len(waiting)))
+        demand = sum(info.size for info in in_flight.values())
+        demand += sum(item.size for item in waiting) + more * size
+        self.lease.want(float(demand), float(waiting[0].size if waiting else size))
 
     def _size(self) -> float:
         return self.spec.trial_devices
+
+    def pause(self, clock: Clock, seconds: float, ended: Callable[[], bool]) -> None:
+        """Wait up to ``seconds`` before the next look at the pool, less where the pool sends
+        news (:meth:`PoolLease.wait_for_news`) or a trial ends (``ended``: its devices go
+        back at once). A simulated pool has no news: its virtual time moves on."""
+        wait = getattr(self.lease, "wait_for_news", None)
+        if wait is None:
+            clock.sleep(seconds)
+            return
+        deadline = clock.monotonic() + seconds
+        while not ended():
+            left = deadline - clock.monotonic()
+            if left <= 0 or wait(min(left, ENDED_POLL_S)):
+                return
 
     def fits(self, item: Ready) -> bool:
         """Whether the pool grants ``item`` its devices now (always, without a pool)."""

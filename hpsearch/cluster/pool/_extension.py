@@ -9,6 +9,15 @@ GPUs), so workers that join or leave change it at once. Studies whose coordinato
 heartbeat for ``ttl_s`` seconds are dropped by a periodic callback. While it runs, the
 scheduler's ``/metrics`` (its HTTP server, the dashboard's port) serves the pool's series too
 (:mod:`hpsearch.cluster.pool._metrics`).
+
+What a coordinator must act on is also told to it at once, not only in the answer to its next
+heartbeat: when a request makes the arbiter ask a study to yield devices, or frees devices
+that a study waits for, the arbiter logs an event on the scheduler's topic :data:`NEWS_TOPIC`
+(``{"study": name, "why": "yield" | "free"}``), which Dask sends straight on to the clients
+subscribed to it (``Client.subscribe_topic``: Dask's structured events, over the connection
+the coordinator already has). The news says only whom to wake; what the study must do is
+still read from the arbiter (a heartbeat or a lease request), so a lost event costs at most
+the wait for the next heartbeat.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ if TYPE_CHECKING:
 PLUGIN_NAME = "hpsearch-pool"
 #: Seconds between two looks for studies whose heartbeat stopped.
 EXPIRE_EVERY_S = 1.0
+#: The scheduler's event topic on which the arbiter tells coordinators what changed for them.
+NEWS_TOPIC = "hpsearch-pool-news"
+_EPS = 1e-9
 
 
 def pool_capacity(scheduler: Scheduler) -> tuple[str, float]:
@@ -90,10 +102,29 @@ class PoolArbiter(SchedulerPlugin):
         return time.time()
 
     def _expire(self) -> None:
+        before = self._standing()
         for name in self.state.expire(self.now()):
             self.expired.insert(0, name)
             self.expired_total += 1
             del self.expired[20:]
+        self._tell(before)
+
+    # What changed for whom: the news the coordinators get at once.
+
+    def _standing(self) -> tuple[float, dict[str, float]]:
+        """The free devices, and what each study was asked to yield all told."""
+        return self.state.free(), {n: c.yield_total for n, c in self.state.studies.items()}
+
+    def _tell(self, before: tuple[float, dict[str, float]], caller: str = "") -> None:
+        """Tell each study that a request (of ``caller``) asked to yield more, and each other
+        study that waits for devices when some were freed (see the module's text)."""
+        free, asked = before
+        freed = self.state.free() > free + _EPS
+        for name, claim in self.state.studies.items():
+            if claim.yield_total > asked.get(name, 0.0) + _EPS:
+                self.scheduler.log_event(NEWS_TOPIC, {"study": name, "why": "yield"})
+            elif freed and name != caller and claim.waiting:
+                self.scheduler.log_event(NEWS_TOPIC, {"study": name, "why": "free"})
 
     # Handlers: called with the request's fields as keyword arguments.
 
@@ -112,18 +143,28 @@ class PoolArbiter(SchedulerPlugin):
         return {"resource": self.resource, "capacity": self.state.capacity, "ttl_s": self.ttl_s}
 
     def heartbeat(self, study: str, demand: float, next_size: float) -> dict[str, Any]:
-        return self.state.heartbeat(study, self.now(), demand, next_size)
+        before = self._standing()
+        answer = self.state.heartbeat(study, self.now(), demand, next_size)
+        self._tell(before, study)
+        return answer
 
     def acquire(
         self, study: str, lease: str, size: float, demand: float, held: bool = False
     ) -> bool:
-        return self.state.acquire(study, lease, size, self.now(), demand, held=held)
+        before = self._standing()
+        granted = self.state.acquire(study, lease, size, self.now(), demand, held=held)
+        self._tell(before, study)
+        return granted
 
     def release(self, study: str, lease: str) -> None:
+        before = self._standing()
         self.state.release(study, lease, self.now())
+        self._tell(before, study)
 
     def leave(self, study: str) -> None:
+        before = self._standing()
         self.state.leave(study, self.now())
+        self._tell(before, study)
 
     def status(self) -> dict[str, Any]:
         out = self.state.status(self.now())

@@ -1,6 +1,11 @@
 """A study's place in a pool, from its coordinator: join, lease devices before each trial,
 hand them back when it ends or pauses, and a heartbeat that keeps the leases alive and
-brings back how many devices the pool wants the study to yield."""
+brings back how many devices the pool wants the study to yield.
+
+The arbiter's news (:data:`~hpsearch.cluster.pool._extension.NEWS_TOPIC`, Dask's structured
+events) cuts the waits short: news that the study must yield sends the heartbeat at once,
+and news that devices were freed for it wakes the coordinator's loop
+(:meth:`PoolLease.wait_for_news`), which asks for its leases again."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.cluster.pool._extension import PLUGIN_NAME, PoolArbiter
+from hpsearch.cluster.pool._extension import NEWS_TOPIC, PLUGIN_NAME, PoolArbiter
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -96,7 +101,14 @@ class PoolLease:
         self.reason = ""  # why, from the latest heartbeat
         self.share = 0.0
         self._closed = threading.Event()
-        answer = self._call("join", **self._settings, address=str(client.id))
+        self._beat_now = threading.Event()  # the arbiter asked the study to yield: beat now
+        self._news = threading.Event()  # something for the coordinator's loop to look at
+        _listen(client, self)
+        try:
+            answer = self._call("join", **self._settings, address=str(client.id))
+        except BaseException:
+            _forget(client, self)
+            raise
         self.resource: str = answer["resource"]
         self.capacity: float = answer["capacity"]
         self._thread = threading.Thread(
@@ -134,8 +146,26 @@ class PoolLease:
         with self._lock:
             return sum(self._held.values())
 
+    def news(self, why: str) -> None:
+        """The arbiter's news for this study (on the client's event loop: only flags here)."""
+        if why == "yield":
+            self._beat_now.set()
+        else:
+            self._news.set()
+
+    def wait_for_news(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for news the coordinator should act on (devices freed, or a
+        heartbeat's answer that asks for more devices back); whether any came."""
+        came = self._news.wait(seconds)
+        self._news.clear()
+        return came
+
     def _beat(self, every: float) -> None:
-        while not self._closed.wait(every):
+        while True:
+            self._beat_now.wait(every)
+            self._beat_now.clear()
+            if self._closed.is_set():
+                return
             demand, next_size = self._demand
             try:
                 answer = self._call("heartbeat", demand=demand, next_size=next_size)
@@ -148,9 +178,12 @@ class PoolLease:
                         self._call("acquire", lease=key, size=size, demand=demand, held=True)
                     continue
                 total = self._asked_before + float(answer["yield_total"])
+                asked_more = total > self.asked_total + 1e-9
                 self.asked_total = max(self.asked_total, total)
                 self.reason = str(answer.get("reason") or "")
                 self.share = float(answer["share"])
+                if asked_more:
+                    self._news.set()  # the loop picks the trials that yield now
             except Exception as exc:  # the scheduler is gone: the study's own loop sees it
                 if self._closed.is_set():
                     return
@@ -161,6 +194,48 @@ class PoolLease:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._beat_now.set()
+        _forget(self.client, self)
         with contextlib.suppress(Exception):
             self._call("leave")
         self._thread.join(timeout=5)
+
+
+# The arbiter's news reaches each client on one topic; the leases of a client (one, unless
+# several studies share a client) are told the news for their study.
+_leases: dict[str, dict[str, PoolLease]] = {}
+_leases_lock = threading.Lock()
+
+
+def _listen(client: Client, lease: PoolLease) -> None:
+    # The subscription reaches the scheduler with the client's next batch of messages (some
+    # milliseconds): news sent before it is lost, and the heartbeat tells instead.
+    with _leases_lock:
+        mine = _leases.setdefault(client.id, {})
+        if not mine:
+            try:
+                client.subscribe_topic(NEWS_TOPIC, _told_to(client.id))
+            except Exception as exc:  # no news: the heartbeat and the loop's looks still tell
+                log.debug("the pool's news cannot reach this client: %s", exc)
+        mine[lease.study] = lease
+
+
+def _forget(client: Client, lease: PoolLease) -> None:
+    with _leases_lock:
+        mine = _leases.get(client.id, {})
+        if mine.get(lease.study) is lease:
+            del mine[lease.study]
+        if not mine:
+            _leases.pop(client.id, None)
+            with contextlib.suppress(Exception):  # the client is closing already
+                client.unsubscribe_topic(NEWS_TOPIC)
+
+
+def _told_to(client_id: str) -> Any:
+    def told(event: tuple[float, dict[str, Any]]) -> None:
+        _, news = event
+        lease = _leases.get(client_id, {}).get(str(news.get("study")))
+        if lease is not None:
+            lease.news(str(news.get("why")))
+
+    return told
