@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optuna.study import StudyDirection
@@ -156,9 +155,10 @@ class PoolShare:
             return self.spec.objective.checkpoint_interval is not None
         if info.size > 1:  # its ranks stop together only at a report: a step would run twice
             return False
-        from hpsearch.trial import CheckpointStore
+        from hpsearch.trial import CheckpointStore, RunLayout
 
-        store = CheckpointStore(Path(self.study_dir) / "checkpoints", info.number)
+        checkpoints = RunLayout.of_study_dir(self.study_dir).checkpoints
+        store = CheckpointStore(checkpoints, info.number)
         return store.latest.exists() or store.previous.exists()
 
     def _rank(self, info: InFlight) -> tuple[int, float]:
