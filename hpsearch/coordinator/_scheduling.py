@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from hpsearch.search.schedulers import Scheduler
     from hpsearch.spec import StudySpec
 
-log = logging.getLogger("hpsearch.coordinator")
+# The scheduler's decisions (brackets: auto): a logger of their own, kept when a simulation
+# quiets the coordinator's.
+log = logging.getLogger("hpsearch.search.schedulers")
 #: The decisions of ``brackets: auto`` the study keeps (the latest).
 KEPT_DECISIONS = 50
 

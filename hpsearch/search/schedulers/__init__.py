@@ -21,6 +21,8 @@ from hpsearch.search.schedulers._adaptive import (
     DECISIONS,
     ESTIMATE,
     AdaptiveAshaScheduler,
+    adaptation_tags,
+    describe,
 )
 from hpsearch.search.schedulers._asha import AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.search.schedulers._base import (
@@ -73,11 +75,13 @@ __all__ = [
     "RungEstimate",
     "RungPoint",
     "Scheduler",
+    "adaptation_tags",
     "ancestry",
     "bracket_costs",
     "build_scheduler",
     "crowding_distances",
     "cutoff",
+    "describe",
     "estimate_rung",
     "exploit",
     "has_lineage",
@@ -156,6 +160,7 @@ __getattr__ = lazy_attributes(
     __name__,
     {
         "._lineage": (
+            "adaptation_tags",
             "ancestry",
             "has_lineage",
             "plot_lineage",

@@ -225,3 +225,37 @@ class AdaptiveAshaScheduler(AshaScheduler):
 
 def _reader(trial: FrozenTrial) -> Callable[[], Mapping[int, float]]:
     return lambda: trial.intermediate_values
+
+
+def adaptation_tags(attrs: Mapping[str, Any]) -> dict[str, str]:
+    """The tags of the study's MLflow run from its attributes (``brackets: auto``): the
+    current estimate (``hpsearch.asha.estimate``) and each decision
+    (``hpsearch.asha.decision.N``, N from 1)."""
+    out: dict[str, str] = {}
+    estimate = attrs.get(ESTIMATE)
+    if estimate:
+        out["hpsearch.asha.estimate"] = describe(estimate)
+    for i, line in enumerate(attrs.get(DECISIONS) or [], start=1):
+        out[f"hpsearch.asha.decision.{i}"] = str(line)[:5000]
+    return out
+
+
+def describe(estimate: Mapping[str, Any]) -> str:
+    """One line of a kept estimate (``hpsearch status``, the study's tag).
+
+    >>> print(describe({"trials": 9, "bracket": 1, "first_epoch": 3,
+    ...           "rungs": [{"epoch": 1, "hits": 0, "top": 1, "survival": 0.29}]}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    new trials start at epoch 3 (bracket 1), from 9 unpaused trials;
+    survival of the top: epoch 1 0.29 (0/1)
+    """
+    if estimate.get("legacy"):
+        return "one bracket (the study began with one)"
+    rungs = ", ".join(
+        f"epoch {r['epoch']} {r['survival']:.2f} ({r['hits']}/{r['top']})"
+        for r in estimate.get("rungs", [])
+    )
+    return (
+        f"new trials start at epoch {estimate['first_epoch']} (bracket {estimate['bracket']}), "
+        f"from {estimate['trials']} unpaused trials; survival of the top: {rungs or 'not yet'}"
+    )
