@@ -151,6 +151,11 @@ def _status_view(study: Any) -> Any:
     warm = outcome(study.optuna_study())
     if warm:
         lines.append(warm)
+    from hpsearch.search.schedulers import ESTIMATE, describe
+
+    estimate = study.optuna_study().user_attrs.get(ESTIMATE)
+    if estimate:  # asha brackets: auto
+        lines.append(f"asha brackets auto: {describe(estimate)}")
     if live is not None:
         sets, backlog = live["sets"], live["backlog"]
         lines.append(

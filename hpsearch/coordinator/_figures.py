@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from hpsearch.coordinator._flight import InFlight
     from hpsearch.coordinator._placement import Placement
     from hpsearch.coordinator._progress import Progress
+    from hpsearch.coordinator._scheduling import Scheduling
     from hpsearch.coordinator._share import PoolShare
 
 
@@ -39,10 +40,11 @@ def coordinator_figures(
     flying: list[InFlight],
     placement: Placement,
     share: PoolShare,
+    scheduling: Scheduling | None = None,
 ) -> Iterator[Sample]:
     """The coordinator's samples, as :meth:`hpsearch.metrics.StudyMetrics.figures` yields them:
     from its progress ``p``, the number of trials ``queued``, those ``flying``, its
-    ``placement`` and its pool ``share``."""
+    ``placement``, its pool ``share`` and its ``scheduling`` (asha's estimate)."""
     for state, n in (
         ("complete", p.complete),
         ("pruned", p.pruned),
@@ -66,3 +68,5 @@ def coordinator_figures(
         for state, devices in (("busy", used), ("idle", max(0.0, cap.total - used))):
             yield "hpsearch_devices", "gauge", HELP["devices"], {"state": state, **labels}, devices
     yield from share.figures()
+    if scheduling is not None:
+        yield from scheduling.figures()

@@ -159,6 +159,7 @@ class Coordinator:
             flying=copy_in_flight(self.in_flight),
             placement=self.placement,
             share=self.share,
+            scheduling=self.scheduling,
         )
 
     def running_numbers(self) -> set[int]:

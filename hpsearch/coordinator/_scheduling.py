@@ -3,14 +3,18 @@ trials that pause and end, and queue what it decides (promotions, continuations)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optuna.trial import TrialState
 
 from hpsearch.coordinator._flight import InFlight, Ready
+from hpsearch.metrics import HELP, Sample
 from hpsearch.search import trial_id_of
 from hpsearch.search.schedulers import (
+    DECISIONS,
+    ESTIMATE,
     PARENT_TRIAL,
     PAUSED_AT,
     RESUMES,
@@ -31,6 +35,12 @@ if TYPE_CHECKING:
     from hpsearch.coordinator._progress import Progress
     from hpsearch.search.schedulers import Scheduler
     from hpsearch.spec import StudySpec
+
+# The scheduler's decisions (brackets: auto): a logger of their own, kept when a simulation
+# quiets the coordinator's.
+log = logging.getLogger("hpsearch.search.schedulers")
+#: The decisions of ``brackets: auto`` the study keeps (the latest).
+KEPT_DECISIONS = 50
 
 
 class Host(Protocol):
@@ -81,6 +91,9 @@ class Scheduling:
         self.scheduler: Scheduler | None = build_scheduler(
             spec, params_of=lambda trial_id: storage.get_trial(trial_id).params
         )
+        # brackets: auto: the latest estimate and the decisions (also in the study's attrs)
+        self.estimate: dict[str, Any] | None = None
+        self.decisions: list[str] = []
 
     @property
     def active(self) -> bool:
@@ -100,9 +113,46 @@ class Scheduling:
             return []
         # A trial still marked paused was decided to resume: a scheduled start.
         held = {t.number for t in trials if t.user_attrs.get(PAUSED_AT) is not None}
-        return [
+        self.decisions = list(self.study.user_attrs.get(DECISIONS) or [])
+        again = [
             self.job(job, scheduled=job.number in held) for job in self.scheduler.restore(trials)
         ]
+        self.adapted()
+        return again
+
+    def observe(self, info: InFlight) -> None:
+        """Let the scheduler read what a trial that paused or ended reported (when it learns
+        from it), and keep what it decided."""
+        assert self.scheduler is not None
+        storage, trial_id = self.storage, info.trial_id
+        self.scheduler.observe(info.number, lambda: storage.get_trial(trial_id).intermediate_values)
+        self.adapted()
+
+    def adapted(self) -> None:
+        """Each new estimate of the scheduler: a line of the study's log, the study's
+        attributes (the estimate; the decisions that changed where new trials start)."""
+        assert self.scheduler is not None
+        for news in self.scheduler.adaptations():
+            log.info("%s", news.line)
+            self.estimate = news.estimate
+            self.study.set_user_attr(ESTIMATE, news.estimate)
+            if news.changed or not self.decisions:
+                self.decisions = [*self.decisions, news.line][-KEPT_DECISIONS:]
+                self.study.set_user_attr(DECISIONS, self.decisions)
+
+    def figures(self) -> Iterator[Sample]:
+        """The estimate of ``brackets: auto`` on the study's metrics endpoint."""
+        estimate = self.estimate
+        if not estimate or estimate.get("legacy"):
+            return
+        yield "hpsearch_asha_bracket", "gauge", HELP["asha_bracket"], {}, estimate["bracket"]
+        first = estimate["first_epoch"]
+        yield "hpsearch_asha_first_epoch", "gauge", HELP["asha_first_epoch"], {}, first
+        yield "hpsearch_asha_evidence", "gauge", HELP["asha_evidence"], {}, estimate["trials"]
+        yield "hpsearch_asha_decisions", "gauge", HELP["asha_decisions"], {}, len(self.decisions)
+        for rung in estimate["rungs"]:
+            labels = {"epoch": str(rung["epoch"])}
+            yield "hpsearch_asha_survival", "gauge", HELP["asha_survival"], labels, rung["survival"]
 
     def to_ask(self, trials: list[optuna.trial.FrozenTrial], n_trials: int) -> int:
         """The trials left for the sampler to give (a pbt study's continuations are the
@@ -121,7 +171,9 @@ class Scheduling:
         longer waits paused)."""
         if self.scheduler is None:
             return
-        self.host.set_attrs(item.trial_id, {TARGET: item.stop_at or self.spec.objective.epochs})
+        attrs: Mapping[str, Any] = {} if item.resume else self.scheduler.trial_attrs(item.number)
+        target = item.stop_at or self.spec.objective.epochs
+        self.host.set_attrs(item.trial_id, {TARGET: target, **attrs})
         if item.resume:
             self.storage.set_trial_user_attr(item.trial_id, PAUSED_AT, None)
         if item.scheduled:
@@ -197,6 +249,7 @@ class Scheduling:
         if not (isinstance(result, TrialOutcome) and result.state is OutcomeState.PAUSED):
             told = isinstance(result, TrialOutcome) and future.status == "finished"
             self.scheduler.ended(info.number, result.state.told if told else TrialState.FAIL)
+            self.observe(info)
             self.take_decided()
             return False
         value: Any = result.value
@@ -206,6 +259,7 @@ class Scheduling:
         assert result.last_step is not None and value is not None
         self.storage.set_trial_user_attr(info.trial_id, PAUSED_AT, result.last_step)
         self.scheduler.paused(info.number, info.trial_id, result.last_step, value)
+        self.observe(info)
         self.progress.last = result
         self.take_decided()
         return True

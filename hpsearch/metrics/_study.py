@@ -397,6 +397,11 @@ HELP = {
     "util": "Utilisation of a worker's devices, 0-1 (NVML on GPUs; the CPU share on slots).",
     "sps": "Training samples per second of the trial's latest epoch.",
     "epoch": "Seconds of the trial's latest epoch (train and evaluate).",
+    "asha_bracket": "asha brackets auto: the bracket new trials start in (the last: no pause).",
+    "asha_first_epoch": "asha brackets auto: the epoch new trials pause at first.",
+    "asha_evidence": "asha brackets auto: trials trained without pausing the estimate counts.",
+    "asha_decisions": "asha brackets auto: decisions that changed where new trials start.",
+    "asha_survival": "asha brackets auto: of the best at the last epoch, the share a rung keeps.",
 }
 
 #: Every series of a study's endpoint: name, type, labels beside ``study``, and its help (a

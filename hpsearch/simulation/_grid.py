@@ -5,6 +5,7 @@ benchmark's best), as an interquartile mean with a bootstrap 95 % interval.
 A method is a sampler with a pruner or a scheduler: ``random``, ``tpe``, ``tpe+hyperband``
 (Optuna's Hyperband pruner), ``random+asha``, ``tpe+asha``, ``pbt``; ``hyperband`` and
 ``asha`` alone mean random sampling with it, as in the papers that introduced them.
+``asha-N`` and ``asha-auto`` (also ``tpe+asha-4``...) set ``asha.brackets``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ def method_overrides(method: str) -> dict[str, Any]:
     {'sampler': 'tpe', 'pruner': 'hyperband', 'scheduler': 'none'}
     >>> method_overrides("asha")
     {'sampler': 'random', 'pruner': 'none', 'scheduler': 'asha'}
+    >>> method_overrides("asha-4")["asha"]
+    {'brackets': 4}
     """
+    base, dash, brackets = method.rpartition("-")
+    if dash and base.endswith("asha") and (brackets == "auto" or brackets.isdigit()):
+        out = method_overrides(base)
+        out["asha"] = {"brackets": brackets if brackets == "auto" else int(brackets)}
+        return out
     sampler, _, strategy = method.partition("+")
     if sampler not in SAMPLERS:  # a strategy alone: with random sampling
         sampler, strategy = "random", method

@@ -119,12 +119,14 @@ class AshaSpec(_Spec):
     reduction_factor: _Int = Field(
         default=3, ge=2, description="The top 1/reduction_factor of a rung is promoted. Default 3."
     )
-    brackets: _Int = Field(
-        default=1,
-        ge=1,
+    brackets: _AutoOrInt = Field(
+        default="auto",
         description=(
-            "Brackets (bracket b starts at min_epochs * reduction_factor**b); trials are "
-            "spread over them in turn. Default 1."
+            "Brackets (bracket b starts at min_epochs * reduction_factor**b): a number N "
+            "spreads trials over N brackets in turn (1: one-bracket asha); auto (the default) "
+            "spreads them by how well each rung's ranking predicts the last epoch's, "
+            "measured on the study's trials trained without pausing (a study begun with one "
+            "bracket goes on with one)."
         ),
     )
 

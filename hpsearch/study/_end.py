@@ -23,6 +23,7 @@ def close_tracking(
     """Close every trial's run with its true state and record the summary on the study's run."""
     from hpsearch.coordinator import close_interrupted_runs
     from hpsearch.search import outcome
+    from hpsearch.search.schedulers import adaptation_tags
 
     trials = study.get_trials(deepcopy=False)
     tracker.reconcile(trials)
@@ -39,6 +40,7 @@ def close_tracking(
             tag.BEST_TRIAL: best.number if best else "none",
             tag.N_ENDED: sum(t.state.is_finished() for t in trials),
             **({tag.WARM_START_OUTCOME: line} if (line := outcome(study)) else {}),
+            **adaptation_tags(study.user_attrs),
         },
         metrics={f"best_{spec.metric}": best.value} if best else {},
     )

@@ -1,8 +1,10 @@
 """Schedulers that use checkpoints: a trial pauses at an epoch with its checkpoint written,
 frees its set, and runs again later from that checkpoint (``search.scheduler``).
 
-``asha``: asynchronous successive halving by promotion (:mod:`._asha`); with several
-objectives its rungs are ranked by Pareto fronts (:mod:`._mo_asha`). ``pbt``:
+``asha``: asynchronous successive halving by promotion (:mod:`._asha`); by default
+(``brackets: auto``) its brackets follow how well early rungs predict the last epoch, measured
+on the study's trials (:mod:`._adaptive`, :mod:`._estimate`); with several
+objectives its rungs are ranked by Pareto fronts (:mod:`._mo_asha`, one bracket for auto). ``pbt``:
 population-based training (:mod:`._pbt`). The
 coordinator drives a scheduler through the hooks of :class:`Scheduler`; the decisions
 themselves are pure functions, tested on their own.
@@ -14,6 +16,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hpsearch._imports import lazy_attributes
+from hpsearch.search.schedulers._adaptive import (
+    BRACKET,
+    DECISIONS,
+    ESTIMATE,
+    AdaptiveAshaScheduler,
+    adaptation_tags,
+    describe,
+)
 from hpsearch.search.schedulers._asha import AshaScheduler, cutoff, promotable, rung_epochs
 from hpsearch.search.schedulers._base import (
     FROM_EPOCH,
@@ -21,11 +31,13 @@ from hpsearch.search.schedulers._base import (
     PAUSED_AT,
     RESUMES,
     TARGET,
+    Adaptation,
     Ended,
     Job,
     Scheduler,
     lineage_of,
 )
+from hpsearch.search.schedulers._estimate import RungEstimate, bracket_costs, estimate_rung
 from hpsearch.search.schedulers._mo_asha import (
     ParetoAshaScheduler,
     RungPoint,
@@ -45,22 +57,32 @@ if TYPE_CHECKING:
     from hpsearch.spec import StudySpec
 
 __all__ = [
+    "BRACKET",
+    "DECISIONS",
+    "ESTIMATE",
     "FROM_EPOCH",
     "PARENT_TRIAL",
     "PAUSED_AT",
     "RESUMES",
     "TARGET",
+    "Adaptation",
+    "AdaptiveAshaScheduler",
     "AshaScheduler",
     "Ended",
     "Job",
     "ParetoAshaScheduler",
     "PbtScheduler",
+    "RungEstimate",
     "RungPoint",
     "Scheduler",
+    "adaptation_tags",
     "ancestry",
+    "bracket_costs",
     "build_scheduler",
     "crowding_distances",
     "cutoff",
+    "describe",
+    "estimate_rung",
     "exploit",
     "has_lineage",
     "lineage_of",
@@ -82,6 +104,7 @@ def build_scheduler(
     trial's parameters by its id (pbt perturbs them)."""
     search = spec.search
     maximize = spec.direction.value == "maximize"
+    brackets = search.asha.brackets
     if search.scheduler == "asha" and spec.is_multi_objective:
         return ParetoAshaScheduler(
             directions=[d.value for d in spec.directions],
@@ -89,14 +112,22 @@ def build_scheduler(
             constraints=spec.constraints,
             min_epochs=search.asha.min_epochs,
             reduction_factor=search.asha.reduction_factor,
-            brackets=search.asha.brackets,
+            brackets=1 if brackets == "auto" else brackets,
             max_epochs=spec.objective.epochs,
+        )
+    if search.scheduler == "asha" and brackets == "auto":
+        return AdaptiveAshaScheduler(
+            min_epochs=search.asha.min_epochs,
+            reduction_factor=search.asha.reduction_factor,
+            max_epochs=spec.objective.epochs,
+            maximize=maximize,
+            metric=spec.metric,
         )
     if search.scheduler == "asha":
         return AshaScheduler(
             min_epochs=search.asha.min_epochs,
             reduction_factor=search.asha.reduction_factor,
-            brackets=search.asha.brackets,
+            brackets=int(brackets),
             max_epochs=spec.objective.epochs,
             maximize=maximize,
             metric=spec.metric,
@@ -129,6 +160,7 @@ __getattr__ = lazy_attributes(
     __name__,
     {
         "._lineage": (
+            "adaptation_tags",
             "ancestry",
             "has_lineage",
             "plot_lineage",

@@ -14,14 +14,14 @@ rebuilt from the study after a restart (:meth:`AshaScheduler.restore`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
 from hpsearch.search._optuna import trial_id_of
-from hpsearch.search.schedulers._base import PAUSED_AT, TARGET, Ended, Job
+from hpsearch.search.schedulers._base import PAUSED_AT, TARGET, Adaptation, Ended, Job
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -192,6 +192,15 @@ class AshaScheduler:
 
     def decided(self) -> list[Job]:
         return []  # promotions wait for a free set (next)
+
+    def observe(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
+        pass  # fixed brackets learn nothing (brackets: auto does: _adaptive)
+
+    def trial_attrs(self, number: int) -> dict[str, Any]:
+        return {}
+
+    def adaptations(self) -> list[Adaptation]:
+        return []
 
     def closing(self, asking: bool) -> list[Ended]:
         """With no trial left to start, the paused trials that cannot be promoted end PRUNED."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +57,16 @@ class Job:
     replaces: Ended | None = None
 
 
+@dataclass
+class Adaptation:
+    """A new estimate: its ``line`` (what was measured, from how many trials, what changed),
+    the ``estimate`` to keep in the study, and whether the spread of new trials ``changed``."""
+
+    line: str
+    estimate: dict[str, Any]
+    changed: bool
+
+
 class Scheduler(Protocol):
     #: Whether a trial's pause keeps a snapshot of its checkpoint at that epoch (for the
     #: continuations a population-based scheduler starts from it).
@@ -96,3 +106,13 @@ class Scheduler(Protocol):
     def closing(self, asking: bool) -> list[Ended]:
         """Nothing is in flight (and nothing is left to ask unless ``asking``): paused trials
         that end now."""
+
+    def observe(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
+        """A trial paused or ended; ``reported()`` reads its values at every epoch from the
+        study (a storage read: called only when the scheduler learns from them)."""
+
+    def trial_attrs(self, number: int) -> dict[str, Any]:
+        """User attributes to record on a new trial when it is first submitted."""
+
+    def adaptations(self) -> list[Adaptation]:
+        """What the scheduler measured and decided since the last call (``brackets: auto``)."""

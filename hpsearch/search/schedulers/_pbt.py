@@ -29,7 +29,15 @@ from optuna.trial import TrialState
 
 from hpsearch.search._optuna import trial_id_of
 from hpsearch.search.schedulers._asha import ranked
-from hpsearch.search.schedulers._base import FROM_EPOCH, PARENT_TRIAL, PAUSED_AT, TARGET, Ended, Job
+from hpsearch.search.schedulers._base import (
+    FROM_EPOCH,
+    PARENT_TRIAL,
+    PAUSED_AT,
+    TARGET,
+    Adaptation,
+    Ended,
+    Job,
+)
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -201,6 +209,15 @@ class PbtScheduler:
     def decided(self) -> list[Job]:
         out, self._decided = self._decided, []
         return out
+
+    def observe(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
+        pass  # its exploitation ranks the population as it is
+
+    def trial_attrs(self, number: int) -> dict[str, Any]:
+        return {}
+
+    def adaptations(self) -> list[Adaptation]:
+        return []
 
     def next(self) -> Job | None:
         return None  # everything is decided at once, when a generation is complete

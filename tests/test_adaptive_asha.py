@@ -1,0 +1,169 @@
+"""asha with ``brackets: auto``: the estimate of how well each rung predicts the last epoch,
+the brackets new trials start in, what the study keeps and shows, and a restart."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hpsearch.search.schedulers import (
+    BRACKET,
+    DECISIONS,
+    ESTIMATE,
+    TARGET,
+    AdaptiveAshaScheduler,
+    AshaScheduler,
+    adaptation_tags,
+    build_scheduler,
+    estimate_rung,
+)
+from hpsearch.simulation import simulate
+from hpsearch.spec import StudySpec
+
+LADDER = [1, 3, 9, 27]
+
+
+def _auto() -> AdaptiveAshaScheduler:
+    return AdaptiveAshaScheduler(min_epochs=1, reduction_factor=3, max_epochs=52, maximize=True)
+
+
+def _feed(s: AdaptiveAshaScheduler, curves: list[dict[int, float]]) -> None:
+    """Unpaused trials (the last bracket) that reached epoch 52 with these values."""
+    for number, curve in enumerate(curves, start=1000):
+        s.bracket_of[number] = len(LADDER)
+        s.observe(number, lambda curve=curve: curve)
+
+
+def _curves(early: str, n: int = 90) -> list[dict[int, float]]:
+    """``n`` curves whose final values are 0..n-1; at epoch 1 the ranking is ``early``
+    (perfect, none: shuffled, inverted); at later rungs it is perfect."""
+    rng = random.Random(0)
+    shuffled = list(range(n))
+    rng.shuffle(shuffled)
+    out = []
+    for i in range(n):
+        first = {"perfect": i, "none": shuffled[i], "inverted": n - i}[early]
+        out.append({1: float(first), 3: float(i), 9: float(i), 27: float(i), 52: float(i)})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("early", "hits", "low", "high"),
+    [("perfect", 10, 0.9, 1.0), ("none", None, 0.0, 0.6), ("inverted", 0, 0.0, 0.15)],
+)
+def test_the_estimate_of_hand_built_rungs(early, hits, low, high):
+    pairs = [(c[1], c[52]) for c in _curves(early)]
+    rung = estimate_rung(1, pairs, 3, maximize=True)
+    assert rung.pairs == 90 and rung.top == 10
+    if hits is not None:
+        assert rung.hits == hits
+    assert low <= rung.survival <= high
+    assert rung.rho is not None
+    assert {"perfect": rung.rho > 0.99, "none": abs(rung.rho) < 0.3, "inverted": rung.rho < -0.99}[
+        early
+    ]
+    assert rung.rho_low is not None and rung.rho_low <= rung.rho + 1e-6
+    assert rung.rho <= (rung.rho_high or 1) + 1e-6
+
+
+def test_the_budget_shifts_the_right_way():
+    """Before any evidence and where epoch 1 predicts: new trials start at epoch 1. Where it
+    does not (and epoch 3 does): at epoch 3. Where no rung predicts: no pause."""
+    fresh = _auto()
+    assert fresh.best == 0 and fresh.weights[0] > 0.9
+    perfect, none, inverted = _auto(), _auto(), _auto()
+    _feed(perfect, _curves("perfect"))
+    _feed(none, _curves("none"))
+    _feed(inverted, _curves("inverted"))
+    assert perfect.best == 0
+    assert none.best == 1 and inverted.best == 1
+    assert none.weights[1] > 0.9 and none.first_epoch(none.best) == 3
+    nothing = _auto()
+    rng = random.Random(1)
+    _feed(nothing, [{e: rng.random() for e in [*LADDER, 52]} for _ in range(90)])
+    assert nothing.best == len(LADDER) and nothing.weights == [0, 0, 0, 0, 1]
+    # New trials follow the weights, deterministically (probes of the last bracket first).
+    picks = [none.stop_at(n) for n in range(200)]
+    assert picks.count(3) > 150 and picks.count(None) >= 1 and 1 not in picks
+
+
+def test_decisions_are_lines_with_what_was_measured():
+    s = _auto()
+    _feed(s, _curves("inverted"))
+    news = s.adaptations()
+    assert news and s.adaptations() == []
+    changed = [a for a in news if a.changed]
+    assert changed, [a.line for a in news]
+    line = changed[0].line
+    assert "trained to epoch 52 without pausing" in line and "survival" in line
+    assert "now start at epoch 3 (was epoch 1)" in line
+    tags = adaptation_tags({ESTIMATE: news[-1].estimate, DECISIONS: [a.line for a in changed]})
+    assert tags["hpsearch.asha.decision.1"] == line
+    assert "new trials start at epoch 3" in tags["hpsearch.asha.estimate"]
+
+
+def _spec(**asha: Any) -> StudySpec:
+    search: dict[str, Any] = {"n_trials": 400, "sampler": "random", "scheduler": "asha", "seed": 5}
+    if asha:
+        search["asha"] = asha
+    return StudySpec.from_dict(
+        {
+            "name": "auto",
+            "objective": {"model": "synthetic", "epochs": 27},
+            "search": search,
+            "cluster": {"backend": "simulated", "simulated": {"workers": 8}},
+        }
+    )
+
+
+def test_brackets_default_to_auto_and_a_number_keeps_fixed_brackets():
+    assert _spec().search.asha.brackets == "auto"
+    assert isinstance(build_scheduler(_spec()), AdaptiveAshaScheduler)
+    for n in (1, 4):
+        fixed = build_scheduler(_spec(brackets=n))
+        assert type(fixed) is AshaScheduler and len(fixed.brackets) == n
+    with pytest.raises(Exception, match="auto"):
+        _spec(brackets=0)
+
+
+def test_a_simulated_study_is_reproducible_and_resumes_with_its_estimate(tmp_path, caplog):
+    spec = _spec()
+    with caplog.at_level(logging.INFO, logger="hpsearch.search.schedulers"):
+        first = simulate(spec, study_dir=tmp_path / "a")
+    second = simulate(spec, study_dir=tmp_path / "b")
+    brackets = [t.user_attrs.get(BRACKET) for t in first.study.trials]
+    assert brackets == [t.user_attrs.get(BRACKET) for t in second.study.trials]
+    assert [t.value for t in first.study.trials] == [t.value for t in second.study.trials]
+    assert set(brackets) >= {0, 3}  # probes of the unpaused bracket (27 epochs: ladder 1, 3, 9)
+    kept = first.study.user_attrs[ESTIMATE]
+    assert kept == second.study.user_attrs[ESTIMATE] and kept["trials"] >= 9
+    assert first.study.user_attrs[DECISIONS]
+    assert any("asha brackets auto" in r.message for r in caplog.records)
+    # A coordinator that starts again rebuilds the same estimate from the study's trials.
+    again = build_scheduler(spec)
+    assert isinstance(again, AdaptiveAshaScheduler)
+    again.restore(first.study.get_trials())
+    assert again.estimate() == kept
+    (resumed,) = again.adaptations()
+    assert "resumed" in resumed.line and not resumed.changed
+    assert all(again.bracket_of[t.number] == t.user_attrs[BRACKET] for t in first.study.trials)
+
+
+def test_a_study_begun_with_one_bracket_goes_on_with_one():
+    """An old study (its trials have a target epoch, none a bracket) resumed under auto."""
+    study = optuna.create_study(direction="maximize")
+    for i in range(5):
+        trial = study.ask()
+        trial.set_user_attr(TARGET, 1)
+        trial.report(float(i), 1)
+        study.tell(trial, state=TrialState.PRUNED)
+    s = _auto()
+    s.restore(study.get_trials())
+    assert s.legacy and s.adaptations()[0].estimate["legacy"]
+    assert [s.stop_at(n) for n in range(5, 40)] == [1] * 35
+    assert s.trial_attrs(7) == {}
