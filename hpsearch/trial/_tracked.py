@@ -5,14 +5,9 @@ every rank sees the same suggestions and decisions, made on rank 0.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import logging
 import math
-import re
-import threading
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,6 +16,7 @@ import optuna
 from hpsearch.exceptions import TrialDiverged
 from hpsearch.search import cached_trial, explain_prune, give_relative_sample
 from hpsearch.trial._faults import fault_point
+from hpsearch.trial._ranges import file_space_wins
 from hpsearch.trial._stop import TrialStopped
 
 if TYPE_CHECKING:
@@ -29,8 +25,6 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
     from hpsearch.tracking import TrialRun
-
-log = logging.getLogger(__name__)
 
 
 class TrialPaused(optuna.TrialPruned):
@@ -65,7 +59,7 @@ class TrackedTrial(optuna.Trial):
     the objective runs, and that range wins over the one the objective's own ``suggest_*``
     call gives (a range narrowed in the file, say, while the code keeps the old bounds):
     hpsearch says so once per parameter in each worker process (see
-    :func:`_say_file_space_wins`), and Optuna's warning about the two ranges is kept quiet.
+    :mod:`hpsearch.trial._ranges`), and Optuna's warning about the two ranges is kept quiet.
     """
 
     def __init__(
@@ -139,23 +133,12 @@ class TrackedTrial(optuna.Trial):
         with self._file_space_wins(name, IntDistribution(low, high, step=step, log=log)):
             return super().suggest_int(name, low, high, step=step, log=log)
 
-    @contextlib.contextmanager
-    def _file_space_wins(self, name: str, asked: BaseDistribution) -> Iterator[None]:
-        """Around the suggest of ``name`` with the objective's range ``asked``: where the
-        trial was given another range for it (the study file's), say so once and keep
-        Optuna's warning about the two ranges from the terminal. Nothing else is filtered."""
-        given = self._given.get(name)
-        if given is None or given == asked:
-            yield
-            return
-        _say_file_space_wins(self.study.study_name, self.study_dir, name, given, asked)
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore",
-                message=re.escape(_INCONSISTENT.format(name=name)),
-                category=RuntimeWarning,
-            )
-            yield
+    def _file_space_wins(self, name: str, asked: BaseDistribution) -> Any:
+        """Around the suggest of ``name`` with the objective's range ``asked`` (see
+        :func:`hpsearch.trial._ranges.file_space_wins`)."""
+        return file_space_wins(
+            self.study.study_name, self.study_dir, name, self._given.get(name), asked
+        )
 
     def pause_reached(self) -> bool:
         """Whether an earlier attempt already reported the step this one is to pause at: it
@@ -265,66 +248,6 @@ class TrackedTrial(optuna.Trial):
             shown = ", ".join(f"{v:.6g}" for v in values)
             self.prune_decision = {"step": self.last_step, "value": shown, "reason": reason}
         return prune
-
-
-#: The start of the warning Optuna gives when a trial's parameter is suggested with another
-#: range than the one it holds (``optuna.Trial._check_distribution``).
-_INCONSISTENT = 'Inconsistent parameter values for distribution with name "{name}"'
-_said: set[tuple[str, str, str, str, str]] = set()
-_said_lock = threading.Lock()
-
-
-def _say_file_space_wins(
-    study: str, study_dir: str | None, name: str, given: BaseDistribution, asked: BaseDistribution
-) -> None:
-    """Log, once per worker process for each study folder, parameter and pair of ranges,
-    that the study file's range ``given`` is searched rather than the objective's ``asked``."""
-    key = (study, study_dir or "", name, repr(given), repr(asked))
-    with _said_lock:
-        if key in _said:
-            return
-        _said.add(key)
-    from optuna.distributions import IntDistribution
-
-    kind = "suggest_int" if isinstance(asked, IntDistribution) else "suggest_float"
-    log.warning(
-        "study %r, parameter %r: the study file's range %s is searched, not the objective's "
-        "%s range %s (the file's space wins)",
-        study,
-        name,
-        describe_range(given),
-        kind,
-        describe_range(asked),
-    )
-
-
-def describe_range(distribution: BaseDistribution) -> str:
-    """A range as a person writes it: ``[-5, 5]``, ``[1e-05, 0.1] (log)``, ``[0, 1] step 0.1``.
-
-    >>> from optuna.distributions import FloatDistribution
-    >>> describe_range(FloatDistribution(-5, 5))
-    '[-5, 5]'
-    >>> describe_range(FloatDistribution(1e-5, 0.1, log=True))
-    '[1e-05, 0.1] (log)'
-    """
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    if isinstance(distribution, CategoricalDistribution):
-        return repr(list(distribution.choices))
-    low, high = getattr(distribution, "low", 0), getattr(distribution, "high", 0)
-    text = f"[{_number(low)}, {_number(high)}]"
-    step = getattr(distribution, "step", None)
-    if step is not None and not (isinstance(distribution, IntDistribution) and step == 1):
-        text += f" step {_number(step)}"
-    if getattr(distribution, "log", False):
-        text += " (log)"
-    return text
-
-
-def _number(value: float) -> str:
-    """``value`` as short as it reads back exactly (``-5`` for ``-5.0``)."""
-    short = f"{value:g}"
-    return short if float(short) == float(value) else repr(value)
 
 
 class _QueuedReports:
