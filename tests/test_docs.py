@@ -262,6 +262,17 @@ def test_every_python_snippet_runs(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{page.name}:\n{code}\n{done.stderr[-3000:]}"
 
 
+def test_the_readmes_examples_are_the_guides_tested_ones() -> None:
+    """The front page's code is the guides' (whose blocks the tests above run and validate),
+    word for word, so it cannot drift from what is tested."""
+    readme = (ROOT / "README.md").read_text()
+    pages = "\n".join(page.read_text() for page in PAGES)
+    blocks = re.findall(r"^```(python|yaml)\n(.*?)^```", readme, re.M | re.S)
+    assert blocks
+    for lang, body in blocks:
+        assert f"```{lang}\n{body}```" in pages, f"README's {lang} block is in no page:\n{body}"
+
+
 # --- the reference tables and the command line ----------------------------------------
 
 
