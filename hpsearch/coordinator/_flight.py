@@ -36,6 +36,11 @@ class InFlight:
     stop_at: int | None = None
     lineage: tuple[int, int] | None = None
 
+    @classmethod
+    def of(cls, item: Ready, *, submitted: float) -> InFlight:
+        """The record of ``item``, submitted at ``submitted`` (the coordinator's clock)."""
+        return cls(item.number, item.trial_id, submitted, item.size, item.stop_at, item.lineage)
+
     def again(self) -> Ready:
         """The trial, to run again from its checkpoint (its worker was lost, or it yielded)."""
         return Ready(

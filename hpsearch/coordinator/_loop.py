@@ -234,14 +234,7 @@ class Coordinator:
             resources=resources,
             pure=False,
         )
-        self.in_flight[future] = InFlight(
-            item.number,
-            item.trial_id,
-            self.clock.monotonic(),
-            item.size,
-            item.stop_at,
-            item.lineage,
-        )
+        self.in_flight[future] = InFlight.of(item, submitted=self.clock.monotonic())
         return future
 
     def _ask(self) -> Ready:
@@ -424,7 +417,8 @@ class Coordinator:
         to_tell = self._goes_on(ended)
         # Workers going away leave before the next trial is placed, once their trials' ends
         # are read (their results go with them).
-        self._retire({r.worker for _, r in batch if getattr(r, "retire", False)})
+        going = {r.worker for _, r in batch if getattr(r, "retire", False)}
+        retire_workers(self.client, self.clock, going)
         self._fill()
         if not self.in_flight and not self.pending:
             self.scheduling.close_paused(self._may_ask())
@@ -452,10 +446,6 @@ class Coordinator:
                 to_tell.append((info, self.losses.outcome(info, future, result)))
         self.pending[:0] = preempted + retried
         return to_tell
-
-    def _retire(self, workers: set[str]) -> None:
-        """Retire workers that are going away (see :func:`retire_workers`)."""
-        retire_workers(self.client, self.clock, workers)
 
     def _finished(self) -> Any:
         """The cluster's trials as they finish, each with its result (or its error)."""
