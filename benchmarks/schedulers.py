@@ -9,6 +9,8 @@ imports):
 - ``hyperband``: Optuna's Hyperband pruner (a trial is stopped, never resumed);
 - ``asha``: hpsearch's asynchronous successive halving by promotion (trials pause at rungs
   with their checkpoint and are resumed when promoted);
+- ``asha-auto``: the same with ``brackets: auto`` (the default): it measures on the study's
+  unpaused trials whether early rungs predict the last epoch and starts trials accordingly;
 - ``pbt``: hpsearch's population-based training (weak trials continue from a strong one's
   checkpoint with perturbed hyperparameters);
 - Ray Tune's ASHA is listed and not run: Ray is not a dependency of hpsearch and no Ray Tune
@@ -56,6 +58,12 @@ WAYS: dict[str, dict[str, Any]] = {
         "search.pruner": "none",
         "search.scheduler": "asha",
         "search.asha": {"min_epochs": 1, "reduction_factor": 3, "brackets": 1},
+    },
+    # The default: asha measures whether early rungs predict the last epoch (brackets: auto).
+    "asha-auto": {
+        "search.pruner": "none",
+        "search.scheduler": "asha",
+        "search.asha": {"min_epochs": 1, "reduction_factor": 3, "brackets": "auto"},
     },
     "pbt": {"search.pruner": "none", "search.scheduler": "pbt"},
 }
