@@ -265,7 +265,9 @@ def execute(
 ) -> TrialOutcome:
     """Run the objective in this process (the trial's only rank, or its rank 0) and say how
     it ended: prepare the attempt, run it, map its end to an outcome, close its run."""
+    start = time.perf_counter()  # the attempt's duration counts its preparation too
     attempt = _prepare(task, devices.label(device_ids), world_size, worker)
+    attempt.start = start
     place = _Place(devices, device_ids, local, n_threads, rank, world_size)
     outcome = outcome_of(attempt, lambda: _run(attempt, place))
     _finish(attempt, outcome)
