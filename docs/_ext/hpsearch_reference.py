@@ -192,9 +192,13 @@ def _list_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: st
 
 
 class _Generated(SphinxDirective):
+    """A directive whose page text is made from the code: each subclass says how (its
+    :meth:`rst`), and this base parses what it makes into the page."""
+
     has_content = False
 
     def rst(self) -> list[str]:
+        """The generated reStructuredText; every subclass provides it (this base has none)."""
         raise NotImplementedError
 
     def run(self) -> list[nodes.Node]:
