@@ -1,6 +1,7 @@
 """Search methods side by side on LCBench, on a simulated cluster, and the simulator's own speed.
 
-    python benchmarks/simulate.py compare [--instances 3945,7593,34539,126025,189909]
+    python benchmarks/simulate.py compare [--benchmark lcbench | synthetic | replay:RUN_DIR/NAME]
+        [--instances 3945,7593,34539,126025,189909]
         [--seeds 20] [--workers 4,32,256] [--methods random,tpe,tpe+hyperband,asha,pbt]
         [--hours 0.25 | --budget 8] [--max-trials 1000] [--tpe-seeds N]
         [--out benchmarks/out/simulate]
@@ -18,6 +19,10 @@ and the machine's seconds the simulations took. One plot per worker count (any-t
 all instances pooled) goes to ``--out``. ``--tpe-seeds`` runs fewer seeds for the TPE
 methods, whose ask grows with the history (at 256 workers each simulation runs hundreds of
 trials).
+
+``--benchmark`` picks the surrogate: LCBench (52 epochs), the ``synthetic`` benchmark's
+crossing curves (instances ``a,b``, 52 epochs) or the replay of a study that really ran
+(``replay:RUN_DIR/NAME``: one instance, its epochs those of the study).
 
 ``speed`` times one simulation of ``--trials`` trials of up to 52 epochs (LCBench 3945) and
 says where the time goes (cProfile's top functions by own time).
@@ -40,8 +45,40 @@ from hpsearch.simulation import simulate
 from hpsearch.simulation._grid import Cell, bootstrap, iqm, plot, run_grid
 from hpsearch.spec import StudySpec
 
+#: The five LCBench instances the comparison runs by default.
+LCBENCH_DEV = "3945,7593,34539,126025,189909"
 
-def _spec(instance: str, *, hours: float | None, n_trials: int, sampler: str, scheduler: str):
+
+def _bench(benchmark: str) -> Any:
+    """The surrogate ``--benchmark`` names: ``lcbench``, ``synthetic`` or ``replay:FOLDER``."""
+    from hpsearch.data.surrogates import benchmark_of
+
+    if benchmark.startswith("replay:"):
+        return benchmark_of("replay", {"name": "replay", "study": benchmark.split(":", 1)[1]})
+    return benchmark_of(benchmark, None)
+
+
+def _objective(benchmark: str, instance: str) -> dict[str, Any]:
+    """The ``objective`` of a study of ``benchmark`` on ``instance``."""
+    if benchmark.startswith("replay:"):
+        folder = benchmark.split(":", 1)[1]
+        return {
+            "model": "replay",
+            "epochs": _bench(benchmark).max_epochs,
+            "dataset": {"name": "replay", "study": folder},
+        }
+    return {"model": benchmark, "epochs": 52, "dataset": {"name": benchmark, "instance": instance}}
+
+
+def _spec(
+    instance: str,
+    *,
+    hours: float | None,
+    n_trials: int,
+    sampler: str,
+    scheduler: str,
+    benchmark: str = "lcbench",
+) -> StudySpec:
     search: dict[str, Any] = {
         "n_trials": n_trials,
         "sampler": sampler,
@@ -52,12 +89,8 @@ def _spec(instance: str, *, hours: float | None, n_trials: int, sampler: str, sc
         search["timeout"] = hours * 3600
     return StudySpec.from_dict(
         {
-            "name": f"lcbench-{instance}",
-            "objective": {
-                "model": "lcbench",
-                "epochs": 52,
-                "dataset": {"name": "lcbench", "instance": instance},
-            },
+            "name": f"{benchmark.split(':')[0]}-{Path(instance).name}",
+            "objective": _objective(benchmark, instance),
             "search": search,
             "cluster": {"backend": "simulated", "simulated": {"workers": 4}},
         }
@@ -70,18 +103,18 @@ def _budget_hours(instance: str, args: argparse.Namespace) -> float:
     instance's epoch times)."""
     if args.budget is None:
         return float(args.hours)
+    import math
     import random
     import statistics
 
-    from hpsearch.simulation import benchmark
-
-    bench = benchmark("lcbench")
+    bench = _bench(args.benchmark)
+    epochs = _objective(args.benchmark, instance)["epochs"]
     rng = random.Random(0)
     space = bench.space()
 
     def draw(p: dict[str, Any]) -> Any:
-        import math
-
+        if p["type"] == "categorical":
+            return rng.choice(p["choices"])
         low, high = p["low"], p["high"]
         if p.get("log"):
             value = math.exp(rng.uniform(math.log(low), math.log(high)))
@@ -90,7 +123,7 @@ def _budget_hours(instance: str, args: argparse.Namespace) -> float:
         return round(value) if p["type"] == "int" else value
 
     totals = [
-        bench.curve({k: draw(p) for k, p in space.items()}, instance, 52).total_s
+        bench.curve({k: draw(p) for k, p in space.items()}, instance, epochs).total_s
         for _ in range(200)
     ]
     return args.budget * statistics.median(totals) / 3600
@@ -98,6 +131,10 @@ def _budget_hours(instance: str, args: argparse.Namespace) -> float:
 
 def compare(args: argparse.Namespace) -> None:
     instances = args.instances.split(",")
+    if args.benchmark.startswith("replay:"):
+        instances = list(_bench(args.benchmark).instances)
+    elif args.benchmark == "synthetic" and args.instances == LCBENCH_DEV:
+        instances = ["a", "b"]
     workers = [int(w) for w in args.workers.split(",")]
     methods = args.methods.split(",")
     out = Path(args.out)
@@ -116,6 +153,7 @@ def compare(args: argparse.Namespace) -> None:
                     n_trials=args.max_trials,
                     sampler="random",
                     scheduler="none",
+                    benchmark=args.benchmark,
                 )
                 (cell,) = run_grid(spec, methods=[method], workers=[n], seeds=seeds)
                 pooled.setdefault((n, method), []).append(cell)
@@ -168,8 +206,9 @@ def compare(args: argparse.Namespace) -> None:
                     sum(c.trials for c in cells) / len(cells),
                 )
             )
-        path = out / f"lcbench-{n}-workers.png"
-        title = f"LCBench, {len(instances)} instances"
+        name = args.benchmark.split(":")[0]
+        path = out / f"{name}-{n}-workers.png"
+        title = f"{name}, {len(instances)} instance(s)"
         plot(merged, n, title, share=True).savefig(path, dpi=110)
         print(f"plot {path}")
 
@@ -201,7 +240,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compare")
-    c.add_argument("--instances", default="3945,7593,34539,126025,189909")
+    c.add_argument("--benchmark", default="lcbench")
+    c.add_argument("--instances", default=LCBENCH_DEV)
     c.add_argument("--seeds", type=int, default=20)
     c.add_argument("--tpe-seeds", type=int, default=0)
     c.add_argument("--workers", default="4,32,256")

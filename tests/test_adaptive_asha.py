@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+import re
+from typing import Any, cast
 
 import optuna
 import pytest
@@ -167,3 +168,69 @@ def test_a_study_begun_with_one_bracket_goes_on_with_one():
     assert s.legacy and s.adaptations()[0].estimate["legacy"]
     assert [s.stop_at(n) for n in range(5, 40)] == [1] * 35
     assert s.trial_attrs(7) == {}
+
+
+def test_a_coordinator_killed_mid_study_goes_on_with_the_same_estimate(tmp_path, caplog):
+    """The simulated cluster kills the real coordinator at 60 s and starts it again: the new
+    one rebuilds, from the study's trials, the estimate the killed one had last made, says
+    so, and its new trials start where that estimate says."""
+    data = _spec().to_dict()
+    data["cluster"]["simulated"]["restart_coordinator_at"] = [60]
+    spec = StudySpec.from_dict(data)
+    with caplog.at_level(logging.INFO, logger="hpsearch.search.schedulers"):
+        sim = simulate(spec, study_dir=tmp_path / "killed")
+    assert sim.coordinator_restarts == 1
+    lines = [r.message for r in caplog.records if r.message.startswith("asha brackets auto")]
+    (at,) = [i for i, line in enumerate(lines) if "resumed: " in line]
+    assert at > 0, "the killed coordinator had made an estimate"
+
+    def measured(line: str) -> str:  # what was measured, without what was done with it
+        return re.sub(r"; (resumed: |unchanged: |new trials now )[^;]*;", ";", line)
+
+    assert measured(lines[at]) == measured(lines[at - 1])
+    trials = sim.study.trials
+    assert len(trials) == 400 and all(BRACKET in t.user_attrs for t in trials)
+    # The same seed, killed or not, sends the first trials to the same brackets.
+    calm = simulate(_spec(), study_dir=tmp_path / "calm")
+    first = [t.user_attrs[BRACKET] for t in calm.study.trials[:9]]
+    assert first == [t.user_attrs[BRACKET] for t in trials[:9]] == [3] * 9
+
+
+def test_each_estimate_tags_the_study_run_as_the_study_goes(tmp_path):
+    """The coordinator's scheduling tags the study's MLflow run with the estimate and the
+    decisions as they are made, not only when the study ends."""
+    from mlflow import MlflowClient
+
+    from hpsearch.coordinator import Progress, Scheduling
+    from hpsearch.tracking import TrackingTarget, flush, get_client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = get_client(uri)
+    experiment = client.create_experiment("auto")
+    parent = client.create_run(experiment).info.run_id
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, direction="maximize")
+    data = _spec().to_dict()
+    data["objective"]["epochs"] = 52
+    scheduling = Scheduling(
+        StudySpec.from_dict(data),
+        study,
+        storage=storage,
+        distributions={},
+        size_of=lambda params: 1.0,
+        progress=Progress(n_trials=1),
+        host=cast(Any, None),
+        tracking=TrackingTarget(uri, experiment, parent, "auto"),
+    )
+    scheduler = scheduling.scheduler
+    assert isinstance(scheduler, AdaptiveAshaScheduler)
+    _feed(scheduler, _curves("inverted"))
+    scheduling.adapted()
+    assert flush(30) == 0
+    tags = MlflowClient(uri).get_run(parent).data.tags
+    assert "new trials start at epoch 3" in tags["hpsearch.asha.estimate"]
+    prefix = "hpsearch.asha.decision."
+    numbered = {int(k.removeprefix(prefix)): v for k, v in tags.items() if k.startswith(prefix)}
+    decisions = [numbered[i] for i in sorted(numbered)]
+    assert decisions == study.user_attrs[DECISIONS]
+    assert any("now start at epoch 3 (was epoch 1)" in line for line in decisions)

@@ -11,7 +11,17 @@ from optuna.trial import TrialState
 
 from hpsearch import Study
 from hpsearch.exceptions import SpecError
-from hpsearch.search.schedulers import PAUSED_AT, AshaScheduler, cutoff, promotable, rung_epochs
+from hpsearch.search.schedulers import (
+    BRACKET,
+    DECISIONS,
+    ESTIMATE,
+    PAUSED_AT,
+    AshaScheduler,
+    cutoff,
+    describe,
+    promotable,
+    rung_epochs,
+)
 from hpsearch.spec import StudySpec
 from hpsearch.testing import user_spec
 from tests.conftest import local_trials, mlflow_runs
@@ -127,7 +137,12 @@ def _asha_spec(name: str, n_trials: int = 7):
     spec = user_spec(name, "hpsearch.testing.objectives:rung_checkpointed", n_trials=n_trials)
     spec["objective"]["epochs"] = 9
     spec["search"].update(
-        {"pruner": "none", "scheduler": "asha", "asha": {"min_epochs": 1, "reduction_factor": 3}}
+        {
+            "pruner": "none",
+            "scheduler": "asha",
+            # one bracket: the pauses and promotions these tests check by hand
+            "asha": {"min_epochs": 1, "reduction_factor": 3, "brackets": 1},
+        }
     )
     return spec
 
@@ -184,6 +199,26 @@ def test_asha_study_pauses_promotes_and_ends_clean(run_dir, two_slot_client):
             assert float(r.data.tags["hpsearch.prune_value"]) == pytest.approx(
                 r.data.metrics["value"], rel=1e-6
             )
+
+
+def test_brackets_auto_on_a_real_cluster_measures_and_tags_the_study_run(run_dir, two_slot_client):
+    """The default, ``brackets: auto``: the first 9 trials (reduction factor squared) train
+    to the last epoch without pausing, later ones start at the rung the estimate picks; the
+    estimate and the decisions are in the study and on its MLflow run."""
+    spec = _asha_spec("asha-auto", n_trials=12)
+    spec["search"]["asha"].pop("brackets")
+    Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
+    study = _study(run_dir, "asha-auto")
+    brackets = [t.user_attrs[BRACKET] for t in study.trials]
+    assert brackets.count(2) >= 9, brackets  # ladder 1, 3: bracket 2 does not pause
+    estimate = study.user_attrs[ESTIMATE]
+    assert estimate["trials"] >= 9 and len(estimate["rungs"]) == 2
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "asha-auto")
+    (parent,) = [r for r in runs if "hpsearch.trial_number" not in r.data.tags]
+    tags = parent.data.tags
+    assert tags["hpsearch.asha.estimate"] == describe(estimate)
+    assert tags["hpsearch.asha.decision.1"] == study.user_attrs[DECISIONS][0]
 
 
 class _StopAtPause(Exception):

@@ -127,6 +127,7 @@ class Coordinator:
             size_of=lambda params: self.placement.size_of(params),
             progress=self.progress,
             host=self,
+            tracking=self.tracking,
         )
         self.placement = Placement(
             spec,

@@ -22,9 +22,11 @@ from hpsearch.search.schedulers import (
     Ended,
     Job,
     RungPoint,
+    adaptation_tags,
     build_scheduler,
     lineage_of,
 )
+from hpsearch.tracking import tag_study_run
 from hpsearch.trial import OutcomeState, TrialOutcome
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from hpsearch.coordinator._progress import Progress
     from hpsearch.search.schedulers import Scheduler
     from hpsearch.spec import StudySpec
+    from hpsearch.tracking import TrackingTarget
 
 # The scheduler's decisions (brackets: auto): a logger of their own, kept when a simulation
 # quiets the coordinator's.
@@ -66,7 +69,8 @@ class Scheduling:
 
     ``storage``: the study's; ``size_of``: the devices a trial of these parameters needs;
     ``progress``: the coordinator's (a paused trial is its latest news); ``host``: the
-    coordinator's own calls (:class:`Host`).
+    coordinator's own calls (:class:`Host`); ``tracking``: the study's MLflow run, tagged
+    with each decision as it is made.
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class Scheduling:
         size_of: Callable[[dict[str, Any]], float],
         progress: Progress,
         host: Host,
+        tracking: TrackingTarget | None = None,
     ) -> None:
         self.spec = spec
         self.study = study
@@ -87,6 +92,7 @@ class Scheduling:
         self.size_of = size_of
         self.progress = progress
         self.host = host
+        self.tracking = tracking  # the study's MLflow run (None on the simulated cluster)
         # asha: pauses and promotions; pbt: a population exploiting its best (else None)
         self.scheduler: Scheduler | None = build_scheduler(
             spec, params_of=lambda trial_id: storage.get_trial(trial_id).params
@@ -130,15 +136,20 @@ class Scheduling:
 
     def adapted(self) -> None:
         """Each new estimate of the scheduler: a line of the study's log, the study's
-        attributes (the estimate; the decisions that changed where new trials start)."""
+        attributes (the estimate; the decisions that changed where new trials start) and the
+        tags of its MLflow run."""
         assert self.scheduler is not None
-        for news in self.scheduler.adaptations():
-            log.info("%s", news.line)
-            self.estimate = news.estimate
-            self.study.set_user_attr(ESTIMATE, news.estimate)
-            if news.changed or not self.decisions:
-                self.decisions = [*self.decisions, news.line][-KEPT_DECISIONS:]
+        news = self.scheduler.adaptations()
+        for item in news:
+            log.info("%s", item.line)
+            self.estimate = item.estimate
+            self.study.set_user_attr(ESTIMATE, item.estimate)
+            if item.changed or not self.decisions:
+                self.decisions = [*self.decisions, item.line][-KEPT_DECISIONS:]
                 self.study.set_user_attr(DECISIONS, self.decisions)
+        if news and self.tracking is not None:
+            tags = adaptation_tags({ESTIMATE: self.estimate, DECISIONS: self.decisions})
+            tag_study_run(self.tracking, tags)
 
     def figures(self) -> Iterator[Sample]:
         """The estimate of ``brackets: auto`` on the study's metrics endpoint."""

@@ -26,6 +26,7 @@ def record(simulation: Simulation, spec: StudySpec, uri: str, experiment: str) -
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
+    from hpsearch.search.schedulers import adaptation_tags
     from hpsearch.tracking import tag
 
     client = MlflowClient(tracking_uri=uri)
@@ -51,6 +52,7 @@ def record(simulation: Simulation, spec: StudySpec, uri: str, experiment: str) -
             tag.SAMPLER: spec.search.sampler.name,
             tag.PRUNER: spec.search.pruner.name,
             SIMULATED: "true",
+            **adaptation_tags(simulation.study.user_attrs),
         },
     ).info.run_id
     for trial in simulation.study.get_trials(deepcopy=False):

@@ -24,7 +24,9 @@ def close_tracking(
     from hpsearch.coordinator import close_interrupted_runs
     from hpsearch.search import outcome
     from hpsearch.search.schedulers import adaptation_tags
+    from hpsearch.tracking import flush, flush_timeout
 
+    flush(flush_timeout())  # the tags written as the study went, before its end's
     trials = study.get_trials(deepcopy=False)
     tracker.reconcile(trials)
     # Trials an interruption left to resume: their runs end KILLED, tagged to say so.

@@ -30,7 +30,8 @@ The parts:
 - ``_sql_store``: a short trial's whole run in one transaction of MLflow's SQL store (the
   one place that reaches MLflow's private modules, pinned to the versions it was checked on);
 - ``_backlog``: :func:`spool` and :func:`replay_backlog`, the writes saved to disk;
-- ``_study_run``: :class:`StudyTracker`, the study's run on the coordinator.
+- ``_study_run``: :class:`StudyTracker`, the study's run on the coordinator, and
+  :func:`tag_study_run`, its tags as the study goes.
 
 Importing this package stays light: MLflow and NumPy load on first use.
 """
@@ -48,7 +49,7 @@ from hpsearch.tracking._client import (
     get_client,
 )
 from hpsearch.tracking._search import find_trial_runs, runs_by_trial
-from hpsearch.tracking._study_run import StudyTracker
+from hpsearch.tracking._study_run import StudyTracker, tag_study_run
 from hpsearch.tracking._tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, run_name
 from hpsearch.tracking._trial_run import BATCH_INTERVAL, TrialRun
 from hpsearch.tracking._watch import ServerWatch
@@ -74,4 +75,5 @@ __all__ = [
     "runs_by_trial",
     "spool",
     "tag",
+    "tag_study_run",
 ]

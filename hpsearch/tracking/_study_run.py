@@ -216,3 +216,24 @@ class StudyTracker:
             tags=[RunTag(k, str(v)) for k, v in tags.items()],
         )
         client.set_terminated(target.parent_run_id, status=status)
+
+
+def tag_study_run(target: TrackingTarget, tags: Mapping[str, Any]) -> None:
+    """Tag the study's run while the study goes on (the scheduler's decisions, as they are
+    made). The write goes through this process's writer thread: the coordinator never waits
+    on the store, and a write that fails is kept and made again; :func:`flush` waits for it.
+    """
+    from hpsearch.tracking._writer import writer
+
+    items = {k: str(v) for k, v in tags.items()}
+    if not items:
+        return
+
+    def op() -> None:
+        from mlflow.entities import RunTag
+
+        get_client(target.uri).log_batch(
+            target.parent_run_id, tags=[RunTag(k, v) for k, v in items.items()]
+        )
+
+    writer.submit(op)

@@ -198,6 +198,9 @@ class AdaptiveAshaScheduler(AshaScheduler):
         self.legacy = not marked and any(TARGET in t.user_attrs for t in trials)
         for t in trials:
             self.bracket_of[t.number] = int(t.user_attrs.get(BRACKET, 0))
+        # The first unpaused trials the study has had already count.
+        unpaused = sum(b == len(self.ladder) for b in self.bracket_of.values())
+        self.deficit.first = max(0, self.deficit.first - unpaused)
         if self.legacy:
             self.weights = [1.0] + [0.0] * (len(self.brackets) - 1)
         again = super().restore(trials)

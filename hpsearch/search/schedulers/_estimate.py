@@ -166,19 +166,23 @@ def bracket_weights(best: int, costs: Sequence[float], probe: float = PROBE) -> 
 
 
 class Deficit:
-    """Deterministic weighted round-robin: each pick credits every bracket its weight and
+    """Deterministic weighted round-robin: the first ``first`` picks are the last bracket's
+    (the measure needs them soonest); then each pick credits every bracket its weight and
     takes the one with the most credit (ties: the lowest bracket).
 
     >>> d = Deficit(2, first=1)
     >>> [d.pick([0.75, 0.25]) for _ in range(6)]
-    [1, 0, 0, 0, 1, 0]
+    [1, 0, 0, 1, 0, 0]
     """
 
     def __init__(self, n: int, *, first: int = 0) -> None:
-        # The last bracket's ``first`` picks come first (the measure needs them soonest).
-        self.credit = [0.0] * (n - 1) + [float(first)]
+        self.credit = [0.0] * n
+        self.first = first
 
     def pick(self, weights: Sequence[float]) -> int:
+        if self.first > 0:
+            self.first -= 1
+            return len(weights) - 1
         for b, w in enumerate(weights):
             self.credit[b] += w
         best = max(range(len(weights)), key=lambda b: (self.credit[b], -b))
