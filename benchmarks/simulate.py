@@ -5,6 +5,7 @@
         [--seeds 20] [--workers 4,32,256] [--methods random,tpe,tpe+hyperband,asha,pbt]
         [--hours 0.25 | --budget 8] [--max-trials 1000] [--tpe-seeds N]
         [--out benchmarks/out/simulate]
+    python benchmarks/simulate.py record [--trials 80] [--run-dir benchmarks/out/digits-record]
     python benchmarks/simulate.py speed [--trials 10000] [--workers 256] [--sampler random]
         [--scheduler asha]
 
@@ -23,6 +24,10 @@ trials).
 ``--benchmark`` picks the surrogate: LCBench (52 epochs), the ``synthetic`` benchmark's
 crossing curves (instances ``a,b``, 52 epochs) or the replay of a study that really ran
 (``replay:RUN_DIR/NAME``: one instance, its epochs those of the study).
+
+``record`` runs a real study to replay: ``studies/digits-asha.yaml`` (the digits CNN, 12
+epochs) with a random sampler (seed 0) and no scheduler, so that every trial's curve is
+whole, on the embedded default; then ``compare --benchmark replay:RUN_DIR/digits-record``.
 
 ``speed`` times one simulation of ``--trials`` trials of up to 52 epochs (LCBench 3945) and
 says where the time goes (cProfile's top functions by own time).
@@ -213,6 +218,32 @@ def compare(args: argparse.Namespace) -> None:
         print(f"plot {path}")
 
 
+def record(args: argparse.Namespace) -> None:
+    import shutil
+    import subprocess
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    spec = yaml.safe_load((root / "studies" / "digits-asha.yaml").read_text())
+    spec["name"] = "digits-record"
+    spec["search"].update(n_trials=args.trials, sampler="random", seed=0, scheduler="none")
+    spec["search"].pop("asha", None)
+    spec["cluster"] = {"slots": 2, "gpus": "none"}
+    run_dir = Path(args.run_dir).resolve()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    path = run_dir / "digits-record.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "hpsearch.cli", "run", str(path), "--run-dir", str(run_dir)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    print(
+        f"recorded {args.trials} trials in {time.perf_counter() - started:.0f} s: "
+        f"--benchmark replay:{run_dir / 'digits-record'}"
+    )
+
+
 def speed(args: argparse.Namespace) -> None:
     spec = _spec(
         "3945", hours=None, n_trials=args.trials, sampler=args.sampler, scheduler=args.scheduler
@@ -250,6 +281,9 @@ def main() -> None:
     c.add_argument("--budget", type=float, default=None)
     c.add_argument("--max-trials", type=int, default=1000)
     c.add_argument("--out", default="benchmarks/out/simulate")
+    r = sub.add_parser("record")
+    r.add_argument("--trials", type=int, default=80)
+    r.add_argument("--run-dir", default="benchmarks/out/digits-record")
     s = sub.add_parser("speed")
     s.add_argument("--trials", type=int, default=10_000)
     s.add_argument("--workers", type=int, default=256)
@@ -257,7 +291,7 @@ def main() -> None:
     s.add_argument("--scheduler", default="asha")
     s.add_argument("--out", default="benchmarks/out/simulate")
     args = parser.parse_args()
-    {"compare": compare, "speed": speed}[args.command](args)
+    {"compare": compare, "record": record, "speed": speed}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -202,17 +202,17 @@ def test_asha_study_pauses_promotes_and_ends_clean(run_dir, two_slot_client):
 
 
 def test_brackets_auto_on_a_real_cluster_measures_and_tags_the_study_run(run_dir, two_slot_client):
-    """The default, ``brackets: auto``: the first 9 trials (reduction factor squared) train
-    to the last epoch without pausing, later ones start at the rung the estimate picks; the
-    estimate and the decisions are in the study and on its MLflow run."""
+    """The default, ``brackets: auto``: the first trials (a quarter of a study this small)
+    train to the last epoch without pausing, later ones start at the rung the estimate picks;
+    the estimate and the decisions are in the study and on its MLflow run."""
     spec = _asha_spec("asha-auto", n_trials=12)
     spec["search"]["asha"].pop("brackets")
     Study(spec, run_dir=run_dir, client=two_slot_client).run(progress=False)
     study = _study(run_dir, "asha-auto")
     brackets = [t.user_attrs[BRACKET] for t in study.trials]
-    assert brackets.count(2) >= 9, brackets  # ladder 1, 3: bracket 2 does not pause
+    assert brackets.count(2) >= 3 and brackets.count(0) >= 6, brackets  # ladder 1, 3; 2: no pause
     estimate = study.user_attrs[ESTIMATE]
-    assert estimate["trials"] >= 9 and len(estimate["rungs"]) == 2
+    assert estimate["trials"] >= 3 and len(estimate["rungs"]) == 2
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
     _, runs = mlflow_runs(f"sqlite:///{run_dir / 'mlflow.db'}", "asha-auto")
     (parent,) = [r for r in runs if "hpsearch.trial_number" not in r.data.tags]

@@ -122,6 +122,7 @@ def build_scheduler(
             max_epochs=spec.objective.epochs,
             maximize=maximize,
             metric=spec.metric,
+            n_trials=search.n_trials,
         )
     if search.scheduler == "asha":
         return AshaScheduler(

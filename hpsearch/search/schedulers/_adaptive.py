@@ -15,6 +15,7 @@ on with one bracket, as it began.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,7 @@ class AdaptiveAshaScheduler(AshaScheduler):
         max_epochs: int,
         maximize: bool,
         metric: str = "value",
+        n_trials: int | None = None,
     ) -> None:
         self.ladder = rung_epochs(min_epochs, reduction_factor, max_epochs)
         super().__init__(
@@ -80,7 +82,7 @@ class AdaptiveAshaScheduler(AshaScheduler):
         )
         self.costs = bracket_costs(self.ladder, reduction_factor, max_epochs)
         self.bracket_of: dict[int, int] = {}
-        self.deficit = Deficit(len(self.brackets), first=reduction_factor**2)
+        self.deficit = Deficit(len(self.brackets), first=first_unpaused(reduction_factor, n_trials))
         self.evidence = _Evidence([[] for _ in self.ladder])
         self.rungs: list[RungEstimate] = []
         self.best = 0
@@ -224,6 +226,19 @@ class AdaptiveAshaScheduler(AshaScheduler):
                 Adaptation(self._line(self.best, yields, True), self.estimate(), False)
             )
         return again
+
+
+def first_unpaused(eta: int, n_trials: int | None) -> int:
+    """How many trials a study begins with unpaused: ``eta**2`` (the first estimate's top
+    then holds one trial), but at most a quarter of a small study's trials.
+
+    >>> first_unpaused(3, 10_000), first_unpaused(3, 18), first_unpaused(2, None)
+    (9, 5, 4)
+    """
+    first = eta**2
+    if n_trials is not None:
+        first = min(first, max(1, math.ceil(n_trials / 4)))
+    return first
 
 
 def _reader(trial: FrozenTrial) -> Callable[[], Mapping[int, float]]:

@@ -16,7 +16,8 @@ last epoch per epoch trained: ``prod(survival[k] for k >= b) / cost(b)``, ``cost
 expected epochs a configuration of bracket ``b`` trains (with ``1/eta`` promoted at each
 rung). The best bracket gets the new trials; unpaused trials keep a share :data:`PROBE` of the
 epochs, so that the measure goes on (they are random search's trials, not lost), and the
-first ``eta**2`` trials of a study train unpaused (the first estimate needs that many).
+first ``eta**2`` trials of a study train unpaused (the first estimate needs that many; a
+small study gives them at most a quarter of its trials).
 
 Everything is a pure function of the pairs; :class:`Deficit` spreads trials over brackets by
 weight without a random draw, so a simulated study is reproducible.
