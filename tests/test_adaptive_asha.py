@@ -234,3 +234,22 @@ def test_each_estimate_tags_the_study_run_as_the_study_goes(tmp_path):
     decisions = [numbered[i] for i in sorted(numbered)]
     assert decisions == study.user_attrs[DECISIONS]
     assert any("now start at epoch 3 (was epoch 1)" in line for line in decisions)
+
+
+def test_the_first_trials_train_unpaused_and_a_restart_counts_those_it_had():
+    """The first eta**2 picks go to the unpaused bracket (a small study: a quarter of its
+    trials); a coordinator started again on a study that has some deals only the rest."""
+    fresh = _auto()
+    assert [fresh.stop_at(n) for n in range(10)] == [None] * 9 + [1]
+    small = AdaptiveAshaScheduler(
+        min_epochs=1, reduction_factor=3, max_epochs=52, maximize=True, n_trials=18
+    )
+    assert [small.stop_at(n) for n in range(6)] == [None] * 5 + [1]
+    study = optuna.create_study(direction="maximize")
+    for _ in range(4):
+        trial = study.ask()
+        trial.set_user_attr(BRACKET, len(LADDER))
+        trial.set_user_attr(TARGET, 52)
+    again = _auto()
+    again.restore(study.get_trials())
+    assert [again.stop_at(n) for n in range(4, 10)] == [None] * 5 + [1]
