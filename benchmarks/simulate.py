@@ -5,6 +5,7 @@
         [--seeds 20] [--workers 4,32,256] [--methods random,tpe,tpe+hyperband,asha,pbt]
         [--hours 0.25 | --budget 8] [--max-trials 1000] [--tpe-seeds N]
         [--out benchmarks/out/simulate]
+    python benchmarks/simulate.py pool OUT_DIR [OUT_DIR ...]
     python benchmarks/simulate.py record [--trials 80] [--run-dir benchmarks/out/digits-record]
     python benchmarks/simulate.py speed [--trials 10000] [--workers 256] [--sampler random]
         [--scheduler asha]
@@ -17,7 +18,9 @@ of one full trial on the instance, so that each worker can run about K full tria
 (the best validation accuracy found by then against the instance's reference best, as a
 fraction of it): interquartile mean over instances x seeds with a bootstrap 95 % interval,
 and the machine's seconds the simulations took. One plot per worker count (any-time regret,
-all instances pooled) goes to ``--out``. ``--tpe-seeds`` runs fewer seeds for the TPE
+all instances pooled) goes to ``--out``, with ``finals.json`` (each run's regret at the end);
+``pool DIR [DIR ...]`` pools the ``finals.json`` of runs made apart (other instances in
+another process) into the same tables. ``--tpe-seeds`` runs fewer seeds for the TPE
 methods, whose ask grows with the history (at 256 workers each simulation runs hundreds of
 trials).
 
@@ -145,6 +148,7 @@ def compare(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pooled: dict[tuple[int, str], list[Cell]] = {}
+    finals: list[dict[str, Any]] = []
     started = time.perf_counter()
     for instance in instances:
         for n in workers:
@@ -162,6 +166,14 @@ def compare(args: argparse.Namespace) -> None:
                 )
                 (cell,) = run_grid(spec, methods=[method], workers=[n], seeds=seeds)
                 pooled.setdefault((n, method), []).append(cell)
+                finals.append(
+                    {
+                        "instance": instance,
+                        "workers": n,
+                        "method": method,
+                        "regret": list(cell.regret[-1]),
+                    }
+                )
                 print(
                     f"  {instance} {n:>4} workers {method:<14} regret {cell.summary()[0]:.4f} "
                     f"trials {cell.trials:7.0f}  {cell.wall_s:7.1f} s",
@@ -196,6 +208,8 @@ def compare(args: argparse.Namespace) -> None:
             }
         )
     (out / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    # Each run's regret at the end, to pool runs made apart (other instances, other machines).
+    (out / "finals.json").write_text(json.dumps(finals, indent=1) + "\n")
     for n in workers:
         merged = []
         for (m_n, method), cells in pooled.items():
@@ -216,6 +230,25 @@ def compare(args: argparse.Namespace) -> None:
         title = f"{name}, {len(instances)} instance(s)"
         plot(merged, n, title, share=True).savefig(path, dpi=110)
         print(f"plot {path}")
+
+
+def pool(args: argparse.Namespace) -> None:
+    """Per instance and pooled regret IQM (pooled: with a bootstrap 95 % interval) of the
+    ``finals.json`` in each folder."""
+    cells: dict[tuple[int, str], dict[str, list[float]]] = {}
+    for folder in args.folders:
+        for row in json.loads((Path(folder) / "finals.json").read_text()):
+            by_instance = cells.setdefault((row["workers"], row["method"]), {})
+            by_instance.setdefault(row["instance"], []).extend(row["regret"])
+    print("| workers | method | instance | regret at the end (IQM) | runs |")
+    print("|---:|---|---|---:|---:|")
+    for (n, method), by_instance in sorted(cells.items()):
+        for instance, values in sorted(by_instance.items()):
+            print(f"| {n} | {method} | {instance} | {iqm(values):.4f} | {len(values)} |")
+        every = [v for values in by_instance.values() for v in values]
+        low, high = bootstrap(every)
+        interval = f"({low:.4f} - {high:.4f})"
+        print(f"| {n} | {method} | pooled | {iqm(every):.4f} {interval} | {len(every)} |")
 
 
 def record(args: argparse.Namespace) -> None:
@@ -281,6 +314,8 @@ def main() -> None:
     c.add_argument("--budget", type=float, default=None)
     c.add_argument("--max-trials", type=int, default=1000)
     c.add_argument("--out", default="benchmarks/out/simulate")
+    p = sub.add_parser("pool")
+    p.add_argument("folders", nargs="+")
     r = sub.add_parser("record")
     r.add_argument("--trials", type=int, default=80)
     r.add_argument("--run-dir", default="benchmarks/out/digits-record")
@@ -291,7 +326,7 @@ def main() -> None:
     s.add_argument("--scheduler", default="asha")
     s.add_argument("--out", default="benchmarks/out/simulate")
     args = parser.parse_args()
-    {"compare": compare, "record": record, "speed": speed}[args.command](args)
+    {"compare": compare, "pool": pool, "record": record, "speed": speed}[args.command](args)
 
 
 if __name__ == "__main__":
