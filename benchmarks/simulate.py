@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import pstats
 import sys
@@ -49,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hpsearch.exceptions import HpsearchError
 from hpsearch.simulation import simulate
 from hpsearch.simulation._grid import Cell, bootstrap, iqm, plot, run_grid
 from hpsearch.spec import StudySpec
@@ -57,6 +59,7 @@ from hpsearch.spec import StudySpec
 LCBENCH_DEV = "3945,7593,34539,126025,189909"
 
 
+@functools.cache
 def _bench(benchmark: str) -> Any:
     """The surrogate ``--benchmark`` names: ``lcbench``, ``synthetic`` or ``replay:FOLDER``."""
     from hpsearch.data.surrogates import benchmark_of
@@ -151,19 +154,20 @@ def compare(args: argparse.Namespace) -> None:
     finals: list[dict[str, Any]] = []
     started = time.perf_counter()
     for instance in instances:
+        # One spec an instance: run_grid sets each method, worker count and seed on it.
+        spec = _spec(
+            instance,
+            hours=_budget_hours(instance, args),
+            n_trials=args.max_trials,
+            sampler="random",
+            scheduler="none",
+            benchmark=args.benchmark,
+        )
         for n in workers:
             for method in methods:
                 seeds = args.seeds
                 if method.startswith("tpe") and args.tpe_seeds:
                     seeds = args.tpe_seeds
-                spec = _spec(
-                    instance,
-                    hours=_budget_hours(instance, args),
-                    n_trials=args.max_trials,
-                    sampler="random",
-                    scheduler="none",
-                    benchmark=args.benchmark,
-                )
                 (cell,) = run_grid(spec, methods=[method], workers=[n], seeds=seeds)
                 pooled.setdefault((n, method), []).append(cell)
                 finals.append(
@@ -326,7 +330,10 @@ def main() -> None:
     s.add_argument("--scheduler", default="asha")
     s.add_argument("--out", default="benchmarks/out/simulate")
     args = parser.parse_args()
-    {"compare": compare, "pool": pool, "record": record, "speed": speed}[args.command](args)
+    try:
+        {"compare": compare, "pool": pool, "record": record, "speed": speed}[args.command](args)
+    except (ValueError, HpsearchError) as exc:  # an unknown benchmark, a study that can't replay
+        parser.error(str(exc).splitlines()[0])
 
 
 if __name__ == "__main__":
