@@ -93,6 +93,31 @@ def test_the_budget_shifts_the_right_way():
     assert picks.count(3) > 150 and picks.count(None) >= 1 and 1 not in picks
 
 
+def _finishers(s: AdaptiveAshaScheduler, finals: list[float]) -> None:
+    """Trials of the first bracket promoted from its last rung that reached epoch 52."""
+    for number, value in enumerate(finals, start=5000):
+        s.bracket_of[number] = 0
+        s.brackets[0].promoted[-1].add(number)
+        s.observe(number, lambda value=value: {27: value, 52: value})
+
+
+@pytest.mark.parametrize(("better", "passed"), [(True, []), (False, [0])])
+def test_the_estimate_is_checked_against_what_reached_the_last_epoch(better, passed):
+    """Early epochs rank the unpaused sample perfectly; the first bracket is passed over only
+    where what it brought to the last epoch falls behind the unpaused trials per epoch (the
+    best at scale are not where the sample said)."""
+    s = _auto()
+    _finishers(s, [200.0 + i if better else -1.0 - i for i in range(20)])
+    _feed(s, _curves("perfect"))
+    assert s.passed == passed
+    assert s.best == (0 if better else 1)
+    assert s.estimate()["passed_over"] == passed
+    assert s.estimate()["finished"]["0"] == [(20 + 90) // 9 if better else 0, 20]
+    line = s.adaptations()[-1].line
+    assert "in the top 1/9 of the 110 trials at epoch 52: bracket 0" in line
+    assert ("passed over" in line) is not better
+
+
 def test_decisions_are_lines_with_what_was_measured():
     s = _auto()
     _feed(s, _curves("inverted"))
@@ -234,6 +259,14 @@ def test_each_estimate_tags_the_study_run_as_the_study_goes(tmp_path):
     decisions = [numbered[i] for i in sorted(numbered)]
     assert decisions == study.user_attrs[DECISIONS]
     assert any("now start at epoch 3 (was epoch 1)" in line for line in decisions)
+    # The same estimate on the study's metrics endpoint, what each bracket finished included.
+    series = {
+        (name, tuple(labels.items())): value for name, _, _, labels, value in scheduling.figures()
+    }
+    assert series[("hpsearch_asha_first_epoch", ())] == 3
+    assert series[("hpsearch_asha_finished", (("bracket", "4"),))] == 90
+    assert series[("hpsearch_asha_finished_top", (("bracket", "4"),))] == 10
+    assert series[("hpsearch_asha_passed_over", (("bracket", "4"),))] == 0
 
 
 def test_the_first_trials_train_unpaused_and_a_restart_counts_those_it_had():

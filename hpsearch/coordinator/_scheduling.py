@@ -164,6 +164,13 @@ class Scheduling:
         for rung in estimate["rungs"]:
             labels = {"epoch": str(rung["epoch"])}
             yield "hpsearch_asha_survival", "gauge", HELP["asha_survival"], labels, rung["survival"]
+        passed = set(estimate.get("passed_over") or [])
+        for bracket, (top, finished) in (estimate.get("finished") or {}).items():
+            labels = {"bracket": bracket}
+            yield "hpsearch_asha_finished", "gauge", HELP["asha_finished"], labels, finished
+            yield "hpsearch_asha_finished_top", "gauge", HELP["asha_finished_top"], labels, top
+            over = int(int(bracket) in passed)
+            yield "hpsearch_asha_passed_over", "gauge", HELP["asha_passed_over"], labels, over
 
     def to_ask(self, trials: list[optuna.trial.FrozenTrial], n_trials: int) -> int:
         """The trials left for the sampler to give (a pbt study's continuations are the

@@ -402,6 +402,9 @@ HELP = {
     "asha_evidence": "asha brackets auto: trials trained without pausing the estimate counts.",
     "asha_decisions": "asha brackets auto: decisions that changed where new trials start.",
     "asha_survival": "asha brackets auto: of the best at the last epoch, the share a rung keeps.",
+    "asha_finished": "asha brackets auto: trials of a bracket that reached the last epoch.",
+    "asha_finished_top": "asha brackets auto: of those, how many are in the study's top 1/eta**2.",
+    "asha_passed_over": "asha brackets auto: 1 where a bracket's measured yield fell behind.",
 }
 
 #: Every series of a study's endpoint: name, type, labels beside ``study``, and its help (a

@@ -26,11 +26,15 @@ from hpsearch.search.schedulers._asha import AshaScheduler, _Bracket, rung_epoch
 from hpsearch.search.schedulers._base import TARGET, Adaptation, Job
 from hpsearch.search.schedulers._estimate import (
     Deficit,
+    Outcome,
     RungEstimate,
     bracket_costs,
     bracket_weights,
     bracket_yields,
     estimate_rung,
+    finisher_costs,
+    outcomes,
+    passed_over,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +53,9 @@ class _Evidence:
 
     pairs: list[list[tuple[float, float]]]
     seen: set[int] = field(default_factory=set)
+    # The last epoch's value of every trial that reached it, from any bracket: what each
+    # bracket brought there (the check of the estimate).
+    finals: dict[int, float] = field(default_factory=dict)
     estimated_at: int = 0  # how many trials the last estimate counted
 
     def due(self) -> bool:
@@ -81,6 +88,9 @@ class AdaptiveAshaScheduler(AshaScheduler):
             metric=metric,
         )
         self.costs = bracket_costs(self.ladder, reduction_factor, max_epochs)
+        self.finisher_costs = finisher_costs(self.costs, reduction_factor)
+        self.outcomes: dict[int, Outcome] = {}
+        self.passed: list[int] = []
         self.bracket_of: dict[int, int] = {}
         self.deficit = Deficit(len(self.brackets), first=first_unpaused(reduction_factor, n_trials))
         self.evidence = _Evidence([[] for _ in self.ladder])
@@ -111,19 +121,31 @@ class AdaptiveAshaScheduler(AshaScheduler):
 
     def observe(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
         """An unpaused trial that reached the last epoch adds a pair to every rung."""
-        if self.legacy or self.bracket_of.get(number) != len(self.ladder):
+        if self.legacy or number in self.evidence.finals:
             return
-        if number in self.evidence.seen:
+        if self.bracket_of.get(number) != len(self.ladder):
+            self._finished(number, reported)
             return
         values = reported()
         if self.max_epochs not in values or any(e not in values for e in self.ladder):
             return
         self.evidence.seen.add(number)
         last = float(values[self.max_epochs])
+        self.evidence.finals[number] = last
         for k, epoch in enumerate(self.ladder):
             self.evidence.pairs[k].append((float(values[epoch]), last))
         if self.evidence.due():
             self._estimate(resumed=False)
+
+    def _finished(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
+        """A paused bracket's trial that was promoted from its last rung and ended: its last
+        epoch's value, if it reached it."""
+        bracket = self._bracket(number)
+        if not bracket.rungs or number not in bracket.promoted[-1] or number in self.waiting:
+            return
+        value = reported().get(self.max_epochs)
+        if value is not None:
+            self.evidence.finals[number] = float(value)
 
     def _estimate(self, *, resumed: bool) -> None:
         """Measure every rung again and spread new trials by the brackets' yields."""
@@ -134,7 +156,11 @@ class AdaptiveAshaScheduler(AshaScheduler):
             for epoch, pairs in zip(self.ladder, evidence.pairs, strict=True)
         ]
         yields = bracket_yields([r.survival for r in self.rungs], self.costs)
-        best = max(range(len(yields)), key=lambda b: (yields[b], -b))
+        finals = [(self.bracket_of.get(n, 0), v) for n, v in evidence.finals.items()]
+        self.outcomes = outcomes(finals, self.eta, self.maximize)
+        self.passed = passed_over(self.outcomes, self.finisher_costs, self.eta)
+        open_ = [b for b in range(len(yields)) if b not in self.passed]
+        best = max(open_, key=lambda b: (yields[b], -b))
         was, self.best = self.best, best
         self.weights = bracket_weights(best, self.costs)
         changed = best != was
@@ -163,9 +189,23 @@ class AdaptiveAshaScheduler(AshaScheduler):
             what = f"new trials now start at {where} (was epoch {self.first_epoch(was)})"
         return (
             f"asha brackets auto: from {n} trials trained to epoch {self.max_epochs} without "
-            f"pausing: {rungs or 'no rung'}; {what}; bracket {self.best} of "
+            f"pausing: {rungs or 'no rung'}; {self._checked()}; {what}; bracket {self.best} of "
             f"{len(self.brackets) - 1}, yield per epoch " + ", ".join(f"{y:.3g}" for y in yields)
         )
+
+    def _checked(self) -> str:
+        """What each bracket brought to the last epoch, and the brackets passed over."""
+        total = sum(o.finished for o in self.outcomes.values())
+        each = ", ".join(f"bracket {b} {o.top} of {o.finished}" for b, o in self.outcomes.items())
+        line = f"in the top 1/{self.eta**2} of the {total} trials at epoch {self.max_epochs}: "
+        line += each or "none yet"
+        if self.passed:
+            line += (
+                " (passed over, behind the unpaused trials per epoch: bracket "
+                + ", ".join(str(b) for b in self.passed)
+                + ")"
+            )
+        return line
 
     def estimate(self) -> dict[str, Any]:
         """The current estimate, as the study keeps it (``hpsearch status`` shows it)."""
@@ -174,6 +214,8 @@ class AdaptiveAshaScheduler(AshaScheduler):
             "bracket": self.best,
             "first_epoch": self.first_epoch(self.best),
             "weights": [round(w, 4) for w in self.weights],
+            "finished": {str(b): [o.top, o.finished] for b, o in self.outcomes.items()},
+            "passed_over": list(self.passed),
             "rungs": [
                 {
                     "epoch": r.epoch,
@@ -273,7 +315,9 @@ def describe(estimate: Mapping[str, Any]) -> str:
         f"epoch {r['epoch']} {r['survival']:.2f} ({r['hits']}/{r['top']})"
         for r in estimate.get("rungs", [])
     )
+    passed = estimate.get("passed_over") or []
     return (
         f"new trials start at epoch {estimate['first_epoch']} (bracket {estimate['bracket']}), "
         f"from {estimate['trials']} unpaused trials; survival of the top: {rungs or 'not yet'}"
+        + (f"; passed over: bracket {', '.join(map(str, passed))}" if passed else "")
     )

@@ -19,8 +19,16 @@ epochs, so that the measure goes on (they are random search's trials, not lost),
 first ``eta**2`` trials of a study train unpaused (the first estimate needs that many; a
 small study gives them at most a quarter of its trials).
 
-Everything is a pure function of the pairs; :class:`Deficit` spreads trials over brackets by
-weight without a random draw, so a simulated study is reproducible.
+The model is then checked against what the brackets brought to the last epoch
+(:func:`passed_over`): the top ``1/eta**2`` of every trial that reached it, per epoch each
+bracket spent. Where early epochs rank a random sample well but mislead among the very
+best, the paused brackets' finishers fall behind the unpaused ones; such a bracket is passed
+over and the next best by the model gets the new trials (a later first rung, down to random
+search).
+
+Everything is a pure function of the pairs and the last epoch's values; :class:`Deficit`
+spreads trials over brackets by weight without a random draw, so a simulated study is
+reproducible.
 """
 
 from __future__ import annotations
@@ -189,3 +197,78 @@ class Deficit:
         best = max(range(len(weights)), key=lambda b: (self.credit[b], -b))
         self.credit[best] -= 1.0
         return best
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one bracket brought to the last epoch: ``finished`` trials, ``top`` of them in
+    the study's top ``1/eta**2`` of every trial that reached the last epoch."""
+
+    finished: int
+    top: int
+
+
+def outcomes(finals: Sequence[tuple[int, float]], eta: int, maximize: bool) -> dict[int, Outcome]:
+    """Per bracket, from ``(bracket, last epoch's value)`` of every trial that reached it.
+
+    >>> outcomes([(0, 0.9), (0, 0.5), (4, 0.8)] + [(4, 0.1)] * 6, 3, True)
+    {0: Outcome(finished=2, top=1), 4: Outcome(finished=7, top=0)}
+    """
+    sign = -1.0 if maximize else 1.0
+    order = sorted(range(len(finals)), key=lambda i: (sign * finals[i][1], i))
+    top = set(order[: max(1, len(finals) // eta**2)])
+    out: dict[int, list[int]] = {}
+    for i, (bracket, _) in enumerate(finals):
+        counts = out.setdefault(bracket, [0, 0])
+        counts[0] += 1
+        counts[1] += i in top
+    return {b: Outcome(f, t) for b, (f, t) in sorted(out.items())}
+
+
+def finisher_costs(costs: Sequence[float], eta: int) -> list[float]:
+    """Expected epochs a bracket spends for each trial it brings to the last epoch (it
+    promotes ``1/eta`` at each of its rungs).
+
+    >>> [round(c) for c in finisher_costs([3.31, 7.93, 17.78, 35.33, 52.0], 3)]
+    [268, 214, 160, 106, 52]
+    """
+    last = len(costs) - 1
+    return [c * eta ** (last - b) for b, c in enumerate(costs)]
+
+
+def passed_over(
+    seen: dict[int, Outcome], costs: Sequence[float], eta: int, level: float = 0.05
+) -> list[int]:
+    """The brackets whose measured yield falls short of the unpaused bracket's: the top
+    trials each brought to the last epoch, per epoch it spent, where the unpaused bracket
+    (the last) has at least ``eta`` of them. A bracket with ``eta**2`` trials at the last
+    epoch is passed over when, at the unpaused bracket's rate, so few top trials would come
+    with probability below ``level`` (Poisson).
+
+    >>> costs = finisher_costs([3.31, 7.93, 17.78, 35.33, 52.0], 3)
+    >>> passed_over({0: Outcome(64, 3), 4: Outcome(60, 11)}, costs, 3)
+    [0]
+    >>> passed_over({0: Outcome(31, 5), 4: Outcome(20, 0)}, costs, 3)
+    []
+    """
+    last = len(costs) - 1
+    unpaused = seen.get(last)
+    if unpaused is None or unpaused.top < eta:
+        return []
+    rate = unpaused.top / (unpaused.finished * costs[last])
+    out = []
+    for b, o in seen.items():
+        if b == last or o.finished < eta**2:
+            continue
+        if _poisson_cdf(o.top, rate * o.finished * costs[b]) < level:
+            out.append(b)
+    return out
+
+
+def _poisson_cdf(k: int, mean: float) -> float:
+    """P(X <= k) for X ~ Poisson(mean)."""
+    term = total = math.exp(-mean)
+    for i in range(1, k + 1):
+        term *= mean / i
+        total += term
+    return total
