@@ -159,8 +159,10 @@ class AdaptiveAshaScheduler(AshaScheduler):
         finals = [(self.bracket_of.get(n, 0), v) for n, v in evidence.finals.items()]
         self.outcomes = outcomes(finals, self.eta, self.maximize)
         self.passed = passed_over(self.outcomes, self.finisher_costs, self.eta)
-        open_ = [b for b in range(len(yields)) if b not in self.passed]
-        best = max(open_, key=lambda b: (yields[b], -b))
+        # Once a bracket is passed over, the model is refuted at the study's scale: only the
+        # brackets measured at the last epoch (the unpaused one among them) are trusted.
+        trusted = [b for b in self.outcomes if b not in self.passed] if self.passed else None
+        best = max(trusted or range(len(yields)), key=lambda b: (yields[b], -b))
         was, self.best = self.best, best
         self.weights = bracket_weights(best, self.costs)
         changed = best != was

@@ -23,8 +23,8 @@ The model is then checked against what the brackets brought to the last epoch
 (:func:`passed_over`): the top ``1/eta**2`` of every trial that reached it, per epoch each
 bracket spent. Where early epochs rank a random sample well but mislead among the very
 best, the paused brackets' finishers fall behind the unpaused ones; such a bracket is passed
-over and the next best by the model gets the new trials (a later first rung, down to random
-search).
+over, and the model, refuted at the study's scale, chooses only among the brackets measured
+there (random search unless another bracket has trials at the last epoch).
 
 Everything is a pure function of the pairs and the last epoch's values; :class:`Deficit`
 spreads trials over brackets by weight without a random draw, so a simulated study is
