@@ -21,6 +21,7 @@ from hpsearch.search.schedulers import (
     AshaScheduler,
     adaptation_tags,
     build_scheduler,
+    describe,
     estimate_rung,
 )
 from hpsearch.simulation import simulate
@@ -116,6 +117,7 @@ def test_the_estimate_is_checked_against_what_reached_the_last_epoch(better, pas
     line = s.adaptations()[-1].line
     assert "in the top 1/9 of the 110 trials at epoch 52: bracket 0" in line
     assert ("passed over" in line) is not better
+    assert ("passed over: bracket 0" in describe(s.estimate())) is not better  # hpsearch status
 
 
 def test_decisions_are_lines_with_what_was_measured():

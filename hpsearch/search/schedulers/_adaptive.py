@@ -120,7 +120,8 @@ class AdaptiveAshaScheduler(AshaScheduler):
     # ------------------------------------------------------------------ evidence
 
     def observe(self, number: int, reported: Callable[[], Mapping[int, float]]) -> None:
-        """An unpaused trial that reached the last epoch adds a pair to every rung."""
+        """An unpaused trial that reached the last epoch adds a pair to every rung; a trial of
+        any bracket that reached it adds its value there (the check of the estimate)."""
         if self.legacy or number in self.evidence.finals:
             return
         if self.bracket_of.get(number) != len(self.ladder):
