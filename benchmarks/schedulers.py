@@ -22,6 +22,10 @@ trials; a continuation counts only its own epochs), trials, and the best value, 
 wall and the best value relative to ``none``.
 
     python benchmarks/schedulers.py [--workloads cnn gan] [--n-trials 18] [--epochs 12]
+
+With ``--seeds N`` every way runs with the sampler seeds ``0..N-1`` and each is compared with
+no pruning on the same seed; the medians over the seeds follow the per-seed rows (with 18
+trials, one lucky or unlucky configuration decides a single row).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ WAYS: dict[str, dict[str, Any]] = {
 }
 
 
-def _spec(workload: str, way: str, n_trials: int, epochs: int) -> Any:
+def _spec(workload: str, way: str, n_trials: int, epochs: int, seed: int = 0) -> Any:
     from hpsearch.spec import StudySpec
 
     file, changes = WORKLOADS[workload]
@@ -79,7 +83,7 @@ def _spec(workload: str, way: str, n_trials: int, epochs: int) -> Any:
         "name": f"bench-{workload}-{way}",
         "search.n_trials": n_trials,
         "search.sampler": "tpe",
-        "search.seed": 0,
+        "search.seed": seed,
         "objective.epochs": epochs,
         "objective.checkpoint_interval": 0,
     }
@@ -105,15 +109,17 @@ def _epochs_trained(trials: list[optuna.trial.FrozenTrial]) -> int:
     return total
 
 
-def run(workload: str, way: str, n_trials: int, epochs: int, folder: Path, client: Any) -> dict:
+def run(
+    workload: str, way: str, n_trials: int, epochs: int, folder: Path, client: Any, seed: int = 0
+) -> dict:
     from hpsearch import Study
     from hpsearch.exceptions import SpecError
 
     try:
-        spec = _spec(workload, way, n_trials, epochs)
+        spec = _spec(workload, way, n_trials, epochs, seed)
     except SpecError as exc:  # a scheduler this version does not have
         return {"skipped": str(exc).splitlines()[0]}
-    study = Study(spec, run_dir=folder, client=client)
+    study = Study(spec, run_dir=folder / f"seed-{seed}", client=client)
     start = time.perf_counter()
     result = study.run(progress=False)
     wall = time.perf_counter() - start
@@ -140,7 +146,13 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=WAYS)
     parser.add_argument("--n-trials", type=int, default=18, help="trials per study")
     parser.add_argument("--epochs", type=int, default=12, help="epochs of a trial run to its end")
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="sampler seeds 0..N-1, each way on each (paired)"
+    )
     args = parser.parse_args()
+    if args.seeds > 1:
+        _seeds(args)
+        return
 
     from distributed import Client
 
@@ -212,6 +224,93 @@ def main() -> None:
                 rows,
             )
         )
+
+
+def _seeds(args: argparse.Namespace) -> None:
+    """Every way on every seed, one after another on one cluster; per seed, the wall and the
+    best relative to no pruning on the same seed; then their medians over the seeds."""
+    import statistics
+
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    folder = Path(tempfile.mkdtemp(prefix="hpsearch-schedulers-"))
+    cluster = start_local_cluster(n_workers=SLOTS, gpus_per_trial=1)
+    client = Client(cluster)
+    rows, summary = [], []
+    try:
+        client.wait_for_workers(SLOTS)
+        for workload in args.workloads:
+            run(workload, "none", 2, 1, folder / "warm-up", client)
+            ratios: dict[str, list[tuple[float, float]]] = {}
+            for seed in range(args.seeds):
+                base = run(workload, "none", args.n_trials, args.epochs, folder, client, seed)
+                for way in args.ways:
+                    r = (
+                        base
+                        if way == "none"
+                        else run(workload, way, args.n_trials, args.epochs, folder, client, seed)
+                    )
+                    wall, best = (
+                        r["wall"] / base["wall"],
+                        (r["best"] - base["best"]) / abs(base["best"]),
+                    )
+                    ratios.setdefault(way, []).append((wall, best))
+                    rows.append(
+                        (
+                            workload,
+                            seed,
+                            way,
+                            f"{r['wall']:.1f}",
+                            f"{wall:.2f}",
+                            r["epochs"],
+                            f"{r['best']:.4f}",
+                            f"{100 * best:+.1f}%",
+                        )
+                    )
+                    print(rows[-1], flush=True)
+            for way, pairs in ratios.items():
+                walls, bests = [w for w, _ in pairs], [b for _, b in pairs]
+                summary.append(
+                    (
+                        workload,
+                        way,
+                        f"{statistics.median(walls):.2f}",
+                        f"{min(walls):.2f}-{max(walls):.2f}",
+                        f"{100 * statistics.median(bests):+.1f}%",
+                        f"{100 * min(bests):+.1f}% to {100 * max(bests):+.1f}%",
+                    )
+                )
+    finally:
+        client.close()
+        cluster.close(timeout=20)
+    print(
+        f"\n{args.n_trials} trials x up to {args.epochs} epochs, {SLOTS} CPU slots, "
+        f"seeds 0-{args.seeds - 1} ({machine()})"
+    )
+    print(
+        table(
+            [
+                "workload",
+                "seed",
+                "way",
+                "wall s",
+                "wall / none",
+                "epochs trained",
+                "best",
+                "best vs none",
+            ],
+            rows,
+        )
+    )
+    print()
+    print(
+        table(
+            ["workload", "way", "wall / none (median)", "range", "best vs none (median)", "range"],
+            summary,
+        )
+    )
 
 
 if __name__ == "__main__":
