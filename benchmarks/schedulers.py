@@ -229,8 +229,6 @@ def main() -> None:
 def _seeds(args: argparse.Namespace) -> None:
     """Every way on every seed, one after another on one cluster; per seed, the wall and the
     best relative to no pruning on the same seed; then their medians over the seeds."""
-    import statistics
-
     from distributed import Client
 
     from hpsearch.cluster import start_local_cluster
@@ -238,25 +236,24 @@ def _seeds(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="hpsearch-schedulers-"))
     cluster = start_local_cluster(n_workers=SLOTS, gpus_per_trial=1)
     client = Client(cluster)
-    rows, summary = [], []
+    rows: list[tuple[Any, ...]] = []
+    summary: list[tuple[Any, ...]] = []
     try:
         client.wait_for_workers(SLOTS)
         for workload in args.workloads:
             run(workload, "none", 2, 1, folder / "warm-up", client)
-            ratios: dict[str, list[tuple[float, float]]] = {}
+            pairs: dict[str, list[tuple[float, float | None]]] = {}
             for seed in range(args.seeds):
                 base = run(workload, "none", args.n_trials, args.epochs, folder, client, seed)
                 for way in args.ways:
-                    r = (
-                        base
-                        if way == "none"
-                        else run(workload, way, args.n_trials, args.epochs, folder, client, seed)
-                    )
-                    wall, best = (
-                        r["wall"] / base["wall"],
-                        (r["best"] - base["best"]) / abs(base["best"]),
-                    )
-                    ratios.setdefault(way, []).append((wall, best))
+                    r = base
+                    if way != "none":
+                        r = run(workload, way, args.n_trials, args.epochs, folder, client, seed)
+                    wall = r["wall"] / base["wall"]
+                    best = None  # no trial completed (a study can end with every trial pruned)
+                    if r["best"] is not None and base["best"] is not None:
+                        best = (r["best"] - base["best"]) / abs(base["best"])
+                    pairs.setdefault(way, []).append((wall, best))
                     rows.append(
                         (
                             workload,
@@ -265,23 +262,12 @@ def _seeds(args: argparse.Namespace) -> None:
                             f"{r['wall']:.1f}",
                             f"{wall:.2f}",
                             r["epochs"],
-                            f"{r['best']:.4f}",
-                            f"{100 * best:+.1f}%",
+                            _pct(r["best"], best, raw=True),
+                            _pct(None, best),
                         )
                     )
                     print(rows[-1], flush=True)
-            for way, pairs in ratios.items():
-                walls, bests = [w for w, _ in pairs], [b for _, b in pairs]
-                summary.append(
-                    (
-                        workload,
-                        way,
-                        f"{statistics.median(walls):.2f}",
-                        f"{min(walls):.2f}-{max(walls):.2f}",
-                        f"{100 * statistics.median(bests):+.1f}%",
-                        f"{100 * min(bests):+.1f}% to {100 * max(bests):+.1f}%",
-                    )
-                )
+            summary += [(workload, way, *_medians(p)) for way, p in pairs.items()]
     finally:
         client.close()
         cluster.close(timeout=20)
@@ -289,27 +275,59 @@ def _seeds(args: argparse.Namespace) -> None:
         f"\n{args.n_trials} trials x up to {args.epochs} epochs, {SLOTS} CPU slots, "
         f"seeds 0-{args.seeds - 1} ({machine()})"
     )
+    heads = [
+        "workload",
+        "seed",
+        "way",
+        "wall s",
+        "wall / none",
+        "epochs trained",
+        "best",
+        "best vs none",
+    ]
+    print(table(heads, rows) + "\n")
     print(
         table(
             [
                 "workload",
-                "seed",
                 "way",
-                "wall s",
-                "wall / none",
-                "epochs trained",
-                "best",
-                "best vs none",
+                "wall / none (median)",
+                "range",
+                "best vs none (median)",
+                "range",
+                "no trial complete",
             ],
-            rows,
-        )
-    )
-    print()
-    print(
-        table(
-            ["workload", "way", "wall / none (median)", "range", "best vs none (median)", "range"],
             summary,
         )
+    )
+
+
+def _pct(value: float | None, relative: float | None, raw: bool = False) -> str:
+    if raw:
+        return "no trial complete" if value is None else f"{value:.4f}"
+    return "-" if relative is None else f"{100 * relative:+.1f}%"
+
+
+def _medians(pairs: list[tuple[float, float | None]]) -> tuple[str, ...]:
+    """The median wall ratio and best gap over the seeds, their ranges, and how many seeds
+    ended with no trial complete."""
+    import statistics
+
+    walls = [w for w, _ in pairs]
+    bests = [b for _, b in pairs if b is not None]
+    gap = (
+        (
+            f"{100 * statistics.median(bests):+.1f}%",
+            f"{100 * min(bests):+.1f}% to {100 * max(bests):+.1f}%",
+        )
+        if bests
+        else ("-", "-")
+    )
+    return (
+        f"{statistics.median(walls):.2f}",
+        f"{min(walls):.2f}-{max(walls):.2f}",
+        *gap,
+        f"{len(pairs) - len(bests)} of {len(pairs)}",
     )
 
 
