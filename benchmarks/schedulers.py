@@ -31,10 +31,12 @@ trials, one lucky or unlucky configuration decides a single row).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,25 @@ def run(
     }
 
 
+@contextlib.contextmanager
+def _cluster() -> Iterator[tuple[Any, Path]]:
+    """One local cluster of :data:`SLOTS` worker processes for every row, and a fresh folder
+    for the studies."""
+    from distributed import Client
+
+    from hpsearch.cluster import start_local_cluster
+
+    folder = Path(tempfile.mkdtemp(prefix="hpsearch-schedulers-"))
+    cluster = start_local_cluster(n_workers=SLOTS, gpus_per_trial=1)
+    client = Client(cluster)
+    try:
+        client.wait_for_workers(SLOTS)
+        yield client, folder
+    finally:
+        client.close()
+        cluster.close(timeout=20)
+
+
 def _ray_row() -> dict:
     """Ray Tune is not a dependency of hpsearch, and no Ray Tune trainable of these models is
     written here: the row says so rather than leaving Ray out silently."""
@@ -154,16 +175,8 @@ def main() -> None:
         _seeds(args)
         return
 
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    folder = Path(tempfile.mkdtemp(prefix="hpsearch-schedulers-"))
-    cluster = start_local_cluster(n_workers=SLOTS, gpus_per_trial=1)
-    client = Client(cluster)
     results: dict[tuple[str, str], dict] = {}
-    try:
-        client.wait_for_workers(SLOTS)
+    with _cluster() as (client, folder):
         for workload in args.workloads:
             # Untimed: the workers import torch and load the data set once, for every row.
             run(workload, "none", 2, 1, folder / "warm-up", client)
@@ -173,9 +186,6 @@ def main() -> None:
                 )
                 print(f"{workload} {way}: {results[workload, way]}", flush=True)
             results[workload, "ray tune asha"] = _ray_row()
-    finally:
-        client.close()
-        cluster.close(timeout=20)
 
     for workload in args.workloads:
         file, _ = WORKLOADS[workload]
@@ -229,17 +239,9 @@ def main() -> None:
 def _seeds(args: argparse.Namespace) -> None:
     """Every way on every seed, one after another on one cluster; per seed, the wall and the
     best relative to no pruning on the same seed; then their medians over the seeds."""
-    from distributed import Client
-
-    from hpsearch.cluster import start_local_cluster
-
-    folder = Path(tempfile.mkdtemp(prefix="hpsearch-schedulers-"))
-    cluster = start_local_cluster(n_workers=SLOTS, gpus_per_trial=1)
-    client = Client(cluster)
     rows: list[tuple[Any, ...]] = []
     summary: list[tuple[Any, ...]] = []
-    try:
-        client.wait_for_workers(SLOTS)
+    with _cluster() as (client, folder):
         for workload in args.workloads:
             run(workload, "none", 2, 1, folder / "warm-up", client)
             pairs: dict[str, list[tuple[float, float | None]]] = {}
@@ -262,15 +264,12 @@ def _seeds(args: argparse.Namespace) -> None:
                             f"{r['wall']:.1f}",
                             f"{wall:.2f}",
                             r["epochs"],
-                            _pct(r["best"], best, raw=True),
-                            _pct(None, best),
+                            "no trial complete" if r["best"] is None else f"{r['best']:.4f}",
+                            "-" if best is None else f"{100 * best:+.1f}%",
                         )
                     )
                     print(rows[-1], flush=True)
             summary += [(workload, way, *_medians(p)) for way, p in pairs.items()]
-    finally:
-        client.close()
-        cluster.close(timeout=20)
     print(
         f"\n{args.n_trials} trials x up to {args.epochs} epochs, {SLOTS} CPU slots, "
         f"seeds 0-{args.seeds - 1} ({machine()})"
@@ -300,12 +299,6 @@ def _seeds(args: argparse.Namespace) -> None:
             summary,
         )
     )
-
-
-def _pct(value: float | None, relative: float | None, raw: bool = False) -> str:
-    if raw:
-        return "no trial complete" if value is None else f"{value:.4f}"
-    return "-" if relative is None else f"{100 * relative:+.1f}%"
 
 
 def _medians(pairs: list[tuple[float, float | None]]) -> tuple[str, ...]:
